@@ -1,0 +1,42 @@
+"""Wire protocol of rlvr-actor: message types, subjects, streams, codec.
+
+This package is the contract between the three roles. It imports msgspec and
+the standard library only: no torch, no vLLM, no sympy, no nats. The stream
+and consumer *definitions* live here as plain data; ``rlvr.actors.bus`` turns
+them into JetStream calls.
+"""
+
+from rlvr.protocol.codec import (
+    MessageDecodeError,
+    UnsupportedVersionError,
+    decode,
+    encode,
+)
+from rlvr.protocol.control import Control, DeadLetter, Heartbeat
+from rlvr.protocol.samples import Completion, Sample, Scored, Timings, Verdict
+from rlvr.protocol.subjects import RunNames, validate_run_id
+from rlvr.protocol.tasks import ChatMessage, SamplingParams, Task, VerifierSpec
+from rlvr.protocol.weights import WeightFile, WeightsAnnouncement
+
+__all__ = [
+    "ChatMessage",
+    "Completion",
+    "Control",
+    "DeadLetter",
+    "Heartbeat",
+    "MessageDecodeError",
+    "RunNames",
+    "Sample",
+    "SamplingParams",
+    "Scored",
+    "Task",
+    "Timings",
+    "UnsupportedVersionError",
+    "Verdict",
+    "VerifierSpec",
+    "WeightFile",
+    "WeightsAnnouncement",
+    "decode",
+    "encode",
+    "validate_run_id",
+]

@@ -1,0 +1,92 @@
+"""Sample (one completion), Verdict (a verifier's judgement) and Scored (both).
+
+Token payloads are ``array_like`` structs so a completion of a few thousand
+tokens costs two msgpack arrays, not a map per token.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct
+
+from rlvr.protocol.tasks import SamplingParams, VerifierSpec
+
+FinishReason = Literal["stop", "length", "abort", "rejected"]
+Outcome = Literal["ok", "wrong", "timeout", "sandbox_error", "parse_error"]
+
+
+class Completion(Struct, frozen=True, array_like=True, gc=False):
+    """Token ids of the completion and the behaviour log-prob of each.
+
+    ``logprobs[i]`` is log π_behaviour(ids[i] | prefix) under the engine's
+    sampling distribution (after temperature / top-p), as the learner needs
+    for truncated importance sampling. Appending fields is allowed; reordering
+    is not (array_like).
+    """
+
+    ids: list[int]
+    logprobs: list[float]
+
+
+class Timings(Struct, frozen=True, omit_defaults=True):
+    queued_s: float = 0.0  # task created -> picked up by a rollout replica
+    generate_s: float = 0.0  # generation wall time for the whole group
+    finished_at: float = 0.0  # unix time the sample was published
+
+
+class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
+    run: str
+    task_id: str
+    sample_index: Annotated[int, Meta(ge=0)]
+    group_id: str
+    group_size: Annotated[int, Meta(gt=0)]
+    prompt_ids: list[int]
+    completion: Completion
+    text: str
+    finish_reason: FinishReason
+    # Lowest and highest policy version the sample was generated under; they
+    # differ when weights were reloaded while the sample was being generated.
+    policy_version: Annotated[int, Meta(ge=0)]
+    policy_version_max: Annotated[int, Meta(ge=0)]
+    verifier: VerifierSpec
+    sampling: SamplingParams
+    replica: str
+    purpose: Literal["train", "eval"] = "train"
+    dataset: str = ""
+    index: int = 0
+    level: int | None = None
+    timings: Timings = Timings()
+    v: int = 1
+
+    @property
+    def sample_id(self) -> str:
+        """Stable id, also the ``Nats-Msg-Id`` of the sample and its Scored."""
+        return f"{self.task_id}/{self.sample_index}"
+
+
+class Verdict(Struct, frozen=True, omit_defaults=True):
+    """A verifier's judgement. Outcomes are data: a timeout is ``timeout``,
+    never a silent 0 that looks like a wrong answer."""
+
+    reward: float
+    outcome: Outcome
+    verifier: str
+    components: dict[str, float] = {}
+    extracted: str | None = None
+    latency_s: float = 0.0
+    detail: str = ""
+
+
+class Scored(Struct, frozen=True, tag="scored", omit_defaults=True):
+    sample: Sample
+    verdict: Verdict
+    replica: str = ""
+    v: int = 1
+
+    @property
+    def sample_id(self) -> str:
+        return self.sample.sample_id
+
+
+__all__ = ["Completion", "FinishReason", "Outcome", "Sample", "Scored", "Timings", "Verdict"]

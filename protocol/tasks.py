@@ -1,0 +1,75 @@
+"""Task: one prompt the learner's feeder asks the rollout pool to answer ``n`` times.
+
+Wire rules (see DESIGN.md, "Messages"): structs are frozen and tagged; ``v`` is
+the *major* schema version and only changes on an incompatible edit. A new
+field always gets a default, so an older producer's message still decodes.
+Unknown fields are ignored on the wire (never ``forbid_unknown_fields`` here),
+so a newer producer's message decodes in an older consumer too.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta, Struct
+
+PositiveInt = Annotated[int, Meta(gt=0)]
+NonNegativeInt = Annotated[int, Meta(ge=0)]
+
+
+class ChatMessage(Struct, frozen=True, array_like=True):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class SamplingParams(Struct, frozen=True, omit_defaults=True):
+    """Sampling parameters as every engine understands them.
+
+    ``top_k = -1`` means no top-k cut. ``seed`` makes a group reproducible
+    where the engine supports it.
+    """
+
+    temperature: Annotated[float, Meta(ge=0.0)] = 1.0
+    top_p: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    top_k: int = -1
+    max_tokens: PositiveInt = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+class VerifierSpec(Struct, frozen=True, omit_defaults=True):
+    """Which verifier scores this task, and its parameters.
+
+    ``params`` stays a plain mapping on the wire on purpose: each verifier in
+    ``rlvr.verify.registry`` converts it into its own typed parameter Struct,
+    and a bad parameter becomes a dead letter that names it.
+    """
+
+    name: str
+    params: dict[str, Any] = {}
+
+
+class Task(Struct, frozen=True, tag="task", omit_defaults=True):
+    run: str
+    task_id: str
+    dataset: str
+    index: NonNegativeInt
+    prompt: str | list[ChatMessage]
+    verifier: VerifierSpec
+    n: PositiveInt
+    sampling: SamplingParams
+    policy_version: NonNegativeInt
+    created_at: float
+    # "eval" tasks measure pass@k on held-out data and never reach the optimizer.
+    purpose: Literal["train", "eval"] = "train"
+    # Free-form difficulty for curricula ("level 3", pass-rate bucket...).
+    level: int | None = None
+    v: int = 1
+
+
+def task_subject_id(task: Task) -> str:
+    """``Nats-Msg-Id`` of a task: stable, so a republished task is deduplicated."""
+    return task.task_id
+
+
+__all__ = ["ChatMessage", "SamplingParams", "Task", "VerifierSpec", "task_subject_id"]

