@@ -1,0 +1,244 @@
+"""The NATS side of every actor: connection, topology, publish, dead letters.
+
+``Bus.connect`` retries with backoff until ``connect_timeout_s`` and then
+fails loudly; after that nats-py reconnects on its own. ``ensure_topology``
+creates the run's streams, KV bucket and object-store bucket idempotently (an
+existing stream with another config is updated, not recreated). Every publish
+waits for JetStream's acknowledgement under a deadline, carries a stable
+``Nats-Msg-Id`` (deduplicated inside the stream's duplicate window) and the
+current ``traceparent``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+import anyio
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from rlvr.actors.config import BusConfig, NatsConfig
+from rlvr.actors.logs import get_logger
+from rlvr.actors.tracing import inject_headers
+from rlvr.protocol import DeadLetter, RunNames, encode
+from rlvr.protocol.codec import Message
+from rlvr.protocol.subjects import ConsumerDef, StreamDef
+
+log = get_logger("rlvr.bus")
+
+
+class BusConnectError(RuntimeError):
+    pass
+
+
+class Bus:
+    def __init__(self, nc: NATS, names: RunNames, nats_cfg: NatsConfig, bus_cfg: BusConfig, replica: str) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=nats_cfg.request_timeout_s)
+        self.names = names
+        self.nats_cfg = nats_cfg
+        self.cfg = bus_cfg
+        self.replica = replica
+        # Set when nats-py gives up reconnecting; the actor then exits non-zero.
+        self.closed = anyio.Event()
+
+    # --- lifecycle ----------------------------------------------------------
+    @classmethod
+    async def connect(cls, nats_cfg: NatsConfig, bus_cfg: BusConfig, names: RunNames, replica: str) -> Bus:
+        deadline = time.monotonic() + nats_cfg.connect_timeout_s
+        delay = 0.1
+        last: Exception | None = None
+        holder: list[Bus] = []
+
+        async def on_closed() -> None:
+            if holder:
+                holder[0].closed.set()
+
+        while True:
+            try:
+                nc = await nats.connect(
+                    servers=[u.strip() for u in nats_cfg.url.split(",")],
+                    name=f"rlvr-{names.run}-{replica}",
+                    connect_timeout=max(1, int(nats_cfg.connect_timeout_s)),
+                    reconnect_time_wait=nats_cfg.reconnect_wait_s,
+                    max_reconnect_attempts=nats_cfg.max_reconnect_attempts,
+                    allow_reconnect=True,
+                    error_cb=_on_error,
+                    disconnected_cb=_on_disconnect,
+                    reconnected_cb=_on_reconnect,
+                    closed_cb=on_closed,
+                )
+                holder.append(cls(nc, names, nats_cfg, bus_cfg, replica))
+                return holder[0]
+            except Exception as e:  # nats raises several types for "no server"
+                last = e
+            if time.monotonic() + delay > deadline:
+                raise BusConnectError(f"cannot reach NATS at {nats_cfg.url}: {last!r}") from last
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            with anyio.move_on_after(5, shield=True):
+                await self.nc.flush(timeout=2)
+                await self.nc.drain()
+
+    # --- topology -----------------------------------------------------------
+    def stream_defs(self) -> list[StreamDef]:
+        return self.names.streams(self.cfg.scored_max_age_s, self.cfg.duplicate_window_s)
+
+    async def ensure_topology(self) -> None:
+        storage = js_api.StorageType.FILE if self.cfg.storage == "file" else js_api.StorageType.MEMORY
+        for sd in self.stream_defs():
+            config = js_api.StreamConfig(
+                name=sd.name,
+                subjects=sd.subjects,
+                retention=(
+                    js_api.RetentionPolicy.WORK_QUEUE
+                    if sd.retention == "workqueue"
+                    else js_api.RetentionPolicy.LIMITS
+                ),
+                max_age=sd.max_age_s or None,
+                max_msgs_per_subject=sd.max_msgs_per_subject,
+                duplicate_window=sd.duplicate_window_s,
+                storage=storage,
+                num_replicas=self.cfg.replicas,
+            )
+            try:
+                await self.js.add_stream(config)
+            except BadRequestError:
+                # Exists with another config (an upgrade changed a limit): update in place.
+                await self.js.update_stream(config)
+        try:
+            await self.js.create_key_value(bucket=self.names.kv_bucket, history=1, storage=storage)
+        except BadRequestError:
+            pass
+        try:
+            await self.js.create_object_store(bucket=self.names.weights_bucket, storage=storage)
+        except BadRequestError:
+            pass
+
+    def consumer_def(self, kind: str) -> ConsumerDef:
+        stream, subject = {
+            "rollout": (self.names.stream("TASKS"), self.names.tasks),
+            "verify": (self.names.stream("ROLLOUTS"), self.names.rollouts),
+            "learn": (self.names.stream("SCORED"), self.names.scored),
+        }[kind]
+        return ConsumerDef(
+            stream=stream,
+            durable=kind,
+            filter_subject=subject,
+            ack_wait_s=self.cfg.ack_wait_s,
+            max_deliver=self.cfg.max_deliver,
+            max_ack_pending=self.cfg.max_ack_pending,
+        )
+
+    async def pull_subscription(
+        self, cd: ConsumerDef, *, start_seq: int | None = None
+    ) -> JetStreamContext.PullSubscription:
+        """Bind to the durable consumer ``cd``, creating it if absent.
+
+        ``start_seq`` (the learner after a restart) recreates the consumer so
+        it delivers from that stream sequence on.
+        """
+        config = js_api.ConsumerConfig(
+            durable_name=cd.durable,
+            filter_subject=cd.filter_subject,
+            ack_policy=js_api.AckPolicy.EXPLICIT,
+            ack_wait=cd.ack_wait_s,
+            max_deliver=cd.max_deliver,
+            max_ack_pending=cd.max_ack_pending,
+            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE if start_seq else js_api.DeliverPolicy.ALL,
+            opt_start_seq=start_seq,
+        )
+        if start_seq is not None:
+            try:
+                await self.js.delete_consumer(cd.stream, cd.durable)
+            except NotFoundError:
+                pass
+        try:
+            await self.js.add_consumer(cd.stream, config)
+        except BadRequestError:
+            await self.js.delete_consumer(cd.stream, cd.durable)
+            await self.js.add_consumer(cd.stream, config)
+        return await self.js.pull_subscribe_bind(durable=cd.durable, stream=cd.stream)
+
+    # --- publishing ---------------------------------------------------------
+    async def publish(
+        self, subject: str, msg: Message, *, msg_id: str | None = None, headers: dict[str, str] | None = None
+    ) -> js_api.PubAck:
+        """Publish ``msg`` to JetStream and wait for its acknowledgement."""
+        hdrs = inject_headers(headers)
+        if msg_id is not None:
+            hdrs["Nats-Msg-Id"] = msg_id
+        return await self.js.publish(
+            subject, encode(msg), timeout=self.nats_cfg.request_timeout_s, headers=hdrs
+        )
+
+    async def publish_core(self, subject: str, msg: Message) -> None:
+        """Fire-and-forget core NATS publish (heartbeats)."""
+        await self.nc.publish(subject, encode(msg))
+
+    async def dead_letter(self, stage: str, msg: Msg, reason: str, error_type: str) -> None:
+        meta = _safe_metadata(msg)
+        letter = DeadLetter(
+            run=self.names.run,
+            stage=stage,
+            reason=reason,
+            error_type=error_type,
+            delivery_count=meta.num_delivered if meta else 0,
+            subject=msg.subject,
+            headers=dict(msg.headers or {}),
+            data=bytes(msg.data),
+            replica=self.replica,
+            created_at=time.time(),
+        )
+        seq = meta.sequence.stream if meta else None
+        msg_id = f"dead/{stage}/{seq}" if seq is not None else None
+        await self.publish(self.names.dead(stage), letter, msg_id=msg_id)
+        log.warning("dead_letter", stage=stage, reason=reason, error_type=error_type, stream_seq=seq)
+
+    # --- run state (KV) -------------------------------------------------------
+    async def kv_put(self, key: str, value: bytes) -> None:
+        kv = await self.js.key_value(self.names.kv_bucket)
+        await kv.put(key, value)
+
+    async def kv_get(self, key: str) -> bytes | None:
+        kv = await self.js.key_value(self.names.kv_bucket)
+        try:
+            entry = await kv.get(key)
+        except Exception as e:  # KeyNotFoundError / KeyDeletedError
+            if type(e).__name__.startswith("Key"):
+                return None
+            raise
+        return entry.value
+
+
+def _safe_metadata(msg: Msg) -> Any:
+    try:
+        return msg.metadata
+    except Exception:  # not a JetStream message (core publish)
+        return None
+
+
+def default_replica_id(role: str) -> str:
+    return f"{role}-{socket.gethostname()}-{os.getpid()}"
+
+
+async def _on_error(e: Exception) -> None:
+    log.warning("nats_error", error=repr(e))
+
+
+async def _on_disconnect() -> None:
+    log.warning("nats_disconnected")
+
+
+async def _on_reconnect() -> None:
+    log.info("nats_reconnected")

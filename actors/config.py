@@ -1,0 +1,164 @@
+"""Typed run configuration, read from TOML.
+
+One section per role plus the shared ones. Every struct forbids unknown keys,
+so a typo is an error that names the key (``rlvr-actor`` prints
+``config error in run.toml: Object contains unknown field `lr` - at `$.learn```).
+Each component is handed only its own section (STYLE.md habit 7).
+
+The role sections are defined next to the role that reads them
+(``rlvr.rollout.config``, ``rlvr.verify.config``, ``rlvr.learner.config``);
+this module only assembles them. The comments on each field are the option
+reference: ``rlvr-actor config-doc`` prints them (the README's table is that
+output).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+from rlvr.learner.config import LearnConfig
+from rlvr.protocol.subjects import validate_run_id
+from rlvr.rollout.config import RolloutConfig
+from rlvr.verify.config import VerifyConfig
+
+Seconds = Annotated[float, Meta(gt=0)]
+
+
+class NatsConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # NATS server URL(s), comma separated. `up` replaces it with its embedded server.
+    url: str = "nats://127.0.0.1:4222"
+    # Seconds to wait for the first connection before giving up with an error.
+    connect_timeout_s: Seconds = 5.0
+    # Seconds between reconnect attempts after a lost connection.
+    reconnect_wait_s: Seconds = 1.0
+    # Reconnect attempts before the actor exits non-zero (-1: forever).
+    max_reconnect_attempts: int = 60
+    # Deadline for every JetStream API call and publish acknowledgement.
+    request_timeout_s: Seconds = 10.0
+
+
+class BusConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # Seconds a consumer may hold a message before JetStream redelivers it.
+    # Long work sends in_progress well inside this window.
+    ack_wait_s: Seconds = 30.0
+    # Deliveries before a message is dead-lettered with its last error.
+    max_deliver: Annotated[int, Meta(ge=1)] = 5
+    # Unacknowledged messages one durable consumer may have outstanding.
+    max_ack_pending: Annotated[int, Meta(ge=1)] = 4096
+    # JetStream duplicate window: republished messages with the same Nats-Msg-Id inside it are dropped.
+    duplicate_window_s: Seconds = 600.0
+    # How long SCORED keeps samples for replay after a learner crash.
+    scored_max_age_s: Seconds = 7 * 86400.0
+    # Heartbeat period on the status subject.
+    heartbeat_every_s: Seconds = 2.0
+    # Delay before a message nak'ed after an infrastructure fault is redelivered.
+    nak_delay_s: Annotated[float, Meta(ge=0)] = 2.0
+    # On SIGTERM: seconds to finish work in hand before naking it and exiting.
+    drain_timeout_s: Seconds = 6.0
+    # Longest a pull request waits for messages; bounds how fast a stop is noticed.
+    fetch_timeout_s: Seconds = 1.0
+    # Storage for streams: "file" survives a server restart, "memory" does not.
+    storage: Literal["file", "memory"] = "file"
+    # Stream replicas (3 on a NATS cluster).
+    replicas: Annotated[int, Meta(ge=1, le=5)] = 1
+
+
+class ObservabilityConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # "auto": readable on a TTY, JSON lines otherwise.
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Span exporter when OTEL_EXPORTER_OTLP_ENDPOINT is unset (set, it always wins).
+    trace_exporter: Literal["none", "console", "file"] = "none"
+    # Directory for "file" traces: one JSON-lines file per process.
+    trace_dir: str = "traces"
+
+
+class UpConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # Where `rlvr-actor up` creates the run directory (<runs_dir>/<run>-<timestamp>).
+    runs_dir: str = "runs"
+    rollout_replicas: Annotated[int, Meta(ge=0)] = 1
+    verify_replicas: Annotated[int, Meta(ge=0)] = 2
+    # Threads per child process (OMP_NUM_THREADS); 0 leaves the environment alone.
+    threads_per_process: Annotated[int, Meta(ge=0)] = 1
+    # Seconds to wait for children to exit after Ctrl-C before killing them.
+    stop_timeout_s: Seconds = 15.0
+    # "live": one compact panel on a TTY; "plain": progress lines; "logs": child logs.
+    display: Literal["auto", "live", "plain", "logs"] = "auto"
+
+
+class Config(Struct, frozen=True, forbid_unknown_fields=True):
+    # Run id: names the streams, buckets and subjects of this run.
+    run: str = "demo"
+    # Seed for every random choice of the run (feeder order, sampling, init).
+    seed: int = 0
+    nats: NatsConfig = NatsConfig()
+    bus: BusConfig = BusConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    verify: VerifyConfig = VerifyConfig()
+    learn: LearnConfig = LearnConfig()
+    up: UpConfig = UpConfig()
+
+    def __post_init__(self) -> None:
+        try:
+            validate_run_id(self.run)
+        except ValueError as e:
+            raise msgspec.ValidationError(f"{e} - at `$.run`") from None
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+def load_config(path: str | Path | None, *, overrides: dict | None = None) -> Config:
+    """Read ``path`` (TOML) into a ``Config``; ``None`` gives the defaults.
+
+    ``overrides`` are top-level keys set from the command line (``run``,
+    ``nats.url``...), applied before validation so they are checked too.
+    """
+    raw: dict = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        # TOML is what people write; JSON is what `up` writes back (the
+        # resolved config: TOML cannot express an explicit null).
+        is_json = str(path).endswith(".json")
+        try:
+            data = Path(path).read_bytes()
+            raw = msgspec.json.decode(data) if is_json else msgspec.toml.decode(data)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {source} does not exist") from None
+        except msgspec.DecodeError as e:
+            kind = "JSON" if is_json else "TOML"
+            raise ConfigError(f"config error in {source}: not valid {kind}: {e}") from None
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    try:
+        return msgspec.convert(raw, Config)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"config error in {source}: {e}") from None
+
+
+def dump_config(cfg: Config) -> bytes:
+    """The resolved config as JSON (``load_config`` reads it back)."""
+    return msgspec.json.format(msgspec.json.encode(cfg), indent=2)
+
+
+__all__ = [
+    "BusConfig",
+    "Config",
+    "ConfigError",
+    "NatsConfig",
+    "ObservabilityConfig",
+    "UpConfig",
+    "dump_config",
+    "load_config",
+]

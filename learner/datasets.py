@@ -1,0 +1,181 @@
+"""Dataset adapters: each turns records into ``TaskSpec``s (prompt + verifier).
+
+- ``arithmetic``: the built-in, generated integer arithmetic ("37+45=").
+  Problems are drawn from the full space (every operand pair), the held-out
+  split is removed from training by exact match.
+- ``jsonl``: any JSONL or Parquet file with a prompt and an answer column.
+- ``shared``: GSM8K, MATH, MATH-500, MBPP and HumanEval as laid out in
+  shared/data (see its README for the fields each adapter reads).
+
+Adapters are pure and deterministic for a seed; they do not know about NATS.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from rlvr.learner.config import ArithmeticDataset, DatasetConfig, JsonlDataset, SharedDataset
+from rlvr.protocol import VerifierSpec
+
+
+class TaskSpec(msgspec.Struct, frozen=True):
+    dataset: str
+    index: int
+    prompt: str
+    verifier: VerifierSpec
+    level: int | None = None
+
+
+class DatasetError(ValueError):
+    pass
+
+
+class Splits(msgspec.Struct, frozen=True):
+    train: list[TaskSpec]
+    heldout: list[TaskSpec]
+
+
+def load_splits(cfg: DatasetConfig, *, seed: int) -> Splits:
+    match cfg:
+        case ArithmeticDataset():
+            return _arithmetic(cfg, seed)
+        case JsonlDataset():
+            return _split(_jsonl(cfg), cfg.holdout, seed)
+        case SharedDataset():
+            return _split(_shared(cfg), cfg.holdout, seed)
+    raise DatasetError(f"unknown dataset config {cfg!r}")
+
+
+def _split(items: list[TaskSpec], holdout: int, seed: int) -> Splits:
+    if holdout >= len(items):
+        raise DatasetError(f"holdout {holdout} leaves no training data ({len(items)} records)")
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    held = {i for i in order[:holdout]}
+    return Splits(
+        train=[t for i, t in enumerate(items) if i not in held],
+        heldout=[items[i] for i in sorted(held)],
+    )
+
+
+# --- built-in arithmetic ---------------------------------------------------------
+def arithmetic_answer(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
+    problems = [
+        (a, op, b) for op in cfg.ops for a in range(cfg.max_operand + 1) for b in range(cfg.max_operand + 1)
+    ]
+    rng = random.Random(seed)
+    rng.shuffle(problems)
+    if cfg.holdout >= len(problems):
+        raise DatasetError(f"holdout {cfg.holdout} >= {len(problems)} possible problems")
+
+    def spec(i: int, p: tuple[int, str, int]) -> TaskSpec:
+        a, op, b = p
+        gold = str(arithmetic_answer(a, op, b))
+        params = {"gold": gold, **msgspec.to_builtins(cfg.verifier.params)}
+        return TaskSpec(
+            dataset="arithmetic",
+            index=i,
+            prompt=f"{a}{op}{b}=",
+            verifier=VerifierSpec(name=cfg.verifier.name, params=params),
+            level=len(str(max(a, b))),
+        )
+
+    specs = [spec(i, p) for i, p in enumerate(problems)]
+    # Held-out problems never appear in training: the problem space has no
+    # duplicates, so removing the first `holdout` after the shuffle is exact.
+    return Splits(train=specs[cfg.holdout :], heldout=specs[: cfg.holdout])
+
+
+# --- JSONL / Parquet ----------------------------------------------------------------
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise DatasetError(f"dataset file {path} does not exist")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        if path.suffix == ".json":
+            return json.load(f)
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _jsonl(cfg: JsonlDataset) -> list[TaskSpec]:
+    records = _read_records(Path(cfg.path))
+    out = []
+    for i, r in enumerate(records):
+        if cfg.prompt_field not in r:
+            raise DatasetError(f"{cfg.path} record {i} has no field {cfg.prompt_field!r}")
+        params = {"tests": r[cfg.tests_field]} if cfg.tests_field else {"gold": str(r[cfg.answer_field])}
+        out.append(TaskSpec(Path(cfg.path).stem, i, str(r[cfg.prompt_field]), VerifierSpec(cfg.verifier, params)))
+    return out
+
+
+# --- shared/data ------------------------------------------------------------------------
+def shared_data_root(root: str = "") -> Path:
+    if root:
+        return Path(root)
+    return Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} with balanced braces."""
+    start = text.rfind("\\boxed")
+    if start < 0:
+        return None
+    i = text.find("{", start)
+    if i < 0:
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1 : j]
+    return None
+
+
+_MATH_INSTRUCTION = "Solve the problem. Put the final answer in \\boxed{{}}.\n\n{problem}"
+_GSM8K_INSTRUCTION = "Solve the problem step by step. End with 'The answer is N'.\n\n{question}"
+_CODE_INSTRUCTION = "Write a Python function for this task. Reply with one ```python code block.\n\n{text}"
+
+
+def _shared(cfg: SharedDataset) -> list[TaskSpec]:
+    root = shared_data_root(cfg.root)
+    out: list[TaskSpec] = []
+    if cfg.name == "gsm8k":
+        for i, r in enumerate(_read_records(root / "gsm8k" / f"{cfg.split}.jsonl")):
+            gold = r["answer"].split("####")[-1].strip().replace(",", "")
+            out.append(TaskSpec("gsm8k", i, _GSM8K_INSTRUCTION.format(question=r["question"]), VerifierSpec("math", {"gold": gold})))
+    elif cfg.name in ("math", "math500"):
+        path = root / ("math500/test.jsonl" if cfg.name == "math500" else "math/test.jsonl")
+        for i, r in enumerate(_read_records(path)):
+            gold = r.get("answer") or last_boxed(r["solution"]) or ""
+            level = r["level"] if isinstance(r["level"], int) else int(re.sub(r"\D", "", r["level"]) or 0)
+            if cfg.levels and level not in cfg.levels:
+                continue
+            out.append(TaskSpec(cfg.name, i, _MATH_INSTRUCTION.format(problem=r["problem"]), VerifierSpec("math", {"gold": gold}), level))
+    elif cfg.name == "mbpp":
+        for i, r in enumerate(_read_records(root / "mbpp" / "sanitized-mbpp.json")):
+            tests = {"entry_point": "", "asserts": r["test_list"]}
+            params = {"tests": tests, "setup": "\n".join(r.get("test_imports", []))}
+            prompt = _CODE_INSTRUCTION.format(text=r["prompt"] + "\nTests:\n" + "\n".join(r["test_list"][:1]))
+            out.append(TaskSpec("mbpp", i, prompt, VerifierSpec("code", params)))
+    elif cfg.name == "humaneval":
+        for i, r in enumerate(_read_records(root / "humaneval" / "HumanEval.jsonl.gz")):
+            tests = {"check": r["test"], "entry_point": r["entry_point"]}
+            out.append(TaskSpec("humaneval", i, _CODE_INSTRUCTION.format(text=r["prompt"]), VerifierSpec("code", {"tests": tests})))
+    if not out:
+        raise DatasetError(f"shared dataset {cfg.name!r} under {root} gave no records")
+    return out

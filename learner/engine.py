@@ -1,0 +1,383 @@
+"""The learner's training engine: a Hugging Face causal LM under DeepSpeed.
+
+One optimizer step per call: the step's samples are packed into
+micro-batches by token count (batching.py), log-probs are recomputed under
+the current weights at the sampling temperature, the policy loss (algos/)
+is back-propagated micro-batch by micro-batch, and DeepSpeed reduces,
+clips and applies the gradients once. The same engine runs the cold-start
+SFT warm-up, saves and restores checkpoints (model, optimizer, scheduler,
+RNG states and the caller's state), and exports consolidated weights as
+safetensors for the rollout replicas.
+
+Runs on CPU (DeepSpeed's CPU accelerator over gloo) and on GPUs, ZeRO 0-3.
+Every rank calls every method: under ZeRO-3 a forward pass, a checkpoint
+and an export are collectives.
+
+Not covered: the bus, group assembly and filters, which samples form a step,
+and publishing the exported files (the learner actor).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import socket
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
+from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
+from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, EngineConfig, Schedule
+from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
+
+LATEST = "LATEST"  # names the committed checkpoint tag; written atomically after the tag is complete
+
+
+class CheckpointLoadError(RuntimeError):
+    """A committed checkpoint exists but DeepSpeed could not load it."""
+
+
+def ensure_dist_env() -> None:
+    """Single-process defaults for what torch.distributed's env:// init needs.
+
+    DeepSpeed (0.19) wants RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    MASTER_PORT even with one process; without them it tries MPI discovery.
+    Its launcher sets them for multi-process runs. Compiled ops (the CPU
+    accelerator's shared-memory comm op, built at the first init) are cached
+    in TORCH_EXTENSIONS_DIR, so it only builds once per machine.
+    """
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "rlvr" / "torch_extensions"))
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+
+
+def lr_factor(step: int, schedule: Schedule) -> float:
+    """LR multiplier for optimizer step ``step`` (0-based): linear warm-up to 1,
+    then constant or cosine decay to ``min_lr_ratio``."""
+    if step < schedule.warmup_steps:
+        return (step + 1) / schedule.warmup_steps
+    if isinstance(schedule, ConstantSchedule):
+        return 1.0
+    assert isinstance(schedule, CosineSchedule)
+    progress = min(1.0, (step - schedule.warmup_steps) / max(1, schedule.total_steps - schedule.warmup_steps))
+    return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def deepspeed_config(cfg: EngineConfig) -> dict:
+    """The DeepSpeed JSON config. Gradient accumulation is unmanaged: the
+    engine decides how many micro-batches a step has, and each ``step()``
+    call is the accumulation boundary."""
+    zero: dict = {"stage": cfg.zero_stage}
+    if cfg.zero_stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if cfg.offload_optimizer and cfg.zero_stage >= 1:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
+    return {
+        "train_micro_batch_size_per_gpu": 1,  # nominal: micro-batches are packed by tokens
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "zero_optimization": zero,
+        "bf16": {"enabled": cfg.bf16},
+        "gradient_clipping": cfg.grad_clip or 0.0,
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,  # keep torch.optim.AdamW when offloading
+        "steps_per_print": 1 << 62,
+        "wall_clock_breakdown": False,
+    }
+
+
+def rng_states() -> dict:
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class _Metrics:
+    """Token-weighted means of per-micro-batch metrics; ``*_max`` keys take the max."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.tokens = 0.0
+
+    def add(self, metrics: dict[str, float]) -> None:
+        n = metrics.get("tokens", 0.0)
+        self.tokens += n
+        for key, value in metrics.items():
+            if key == "tokens":
+                continue
+            if key.endswith("_max"):
+                self.sums[key] = max(self.sums.get(key, -math.inf), value)
+            else:
+                self.sums[key] = self.sums.get(key, 0.0) + value * n
+
+    def result(self) -> dict[str, float]:
+        return {k: v if k.endswith("_max") else v / max(self.tokens, 1.0) for k, v in self.sums.items()}
+
+
+class LearnerEngine:
+    def __init__(self, cfg: EngineConfig, *, seed: int) -> None:
+        ensure_dist_env()
+        import deepspeed  # late: a few seconds of import, and only the learner needs it
+        from transformers import AutoModelForCausalLM
+
+        self.cfg = cfg
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        self._step = 0
+        ds_config = deepspeed_config(cfg)
+        # Built before the policy so it is never a ZeRO-3-partitioned module.
+        self._ref: torch.nn.Module | None = None
+        if cfg.loss.kl_coef > 0:
+            self._ref = AutoModelForCausalLM.from_pretrained(
+                cfg.model_path, dtype=torch.bfloat16 if cfg.bf16 else torch.float32
+            ).eval()
+            self._ref.requires_grad_(False)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=torch.float32)
+        self._tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.config.use_cache = False
+        opt = cfg.optimizer
+        self.ds, _, _, _ = deepspeed.initialize(
+            model=model,
+            config=ds_config,
+            optimizer=partial(
+                torch.optim.AdamW, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay, eps=opt.eps
+            ),
+            lr_scheduler=lambda o: torch.optim.lr_scheduler.LambdaLR(o, partial(lr_factor, schedule=cfg.schedule)),
+            dist_init_required=None,
+        )
+        self.rank = int(self.ds.global_rank)
+        self._device = self.ds.device
+        if self._ref is not None:
+            self._ref.to(self._device)
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (RL and SFT together)."""
+        return self._step
+
+    # ---- forward -------------------------------------------------------
+    def _token_logprobs(
+        self, mb: MicroBatch, module: torch.nn.Module, temperature: float, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """log softmax(logits / T) of each target token: [B, T-1], and the entropy of that distribution."""
+        ids = mb.input_ids.to(self._device)  # [B, T]
+        out = module(input_ids=ids, attention_mask=mb.attention_mask.to(self._device), use_cache=False)
+        logits = out.logits[:, :-1].float() / temperature  # [B, T-1, V]
+        logz = torch.logsumexp(logits, dim=-1)  # [B, T-1]
+        logp = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logz  # [B, T-1]
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # [B, T-1]
+        return logp, entropy
+
+    def logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """Per-token log-probs of ``completion_ids`` at the configured temperature."""
+        item = TrainBatchItem(list(prompt_ids), list(completion_ids), [0.0] * len(completion_ids), 0.0, "probe")
+        mb = micro_batches([item], 1 << 62, self.cfg.pad_token_id)[0]
+        self.ds.eval()
+        with torch.no_grad():
+            logp, _ = self._token_logprobs(mb, self.ds, self.cfg.temperature)
+        return logp[mb.loss_mask.to(self._device)].tolist()
+
+    # ---- steps ---------------------------------------------------------
+    def _grad_norm_before_step(self) -> float | None:
+        # DeepSpeed records no norm for ZeRO-0 fp32 (a plain torch optimizer).
+        if self.cfg.zero_stage != 0 or self.cfg.bf16:
+            return None
+        grads = [p.grad for p in self.ds.module.parameters() if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+    def _apply_step(self, started: float, mbs: list[MicroBatch]) -> dict[str, float]:
+        lr = float(self.ds.get_lr()[0])
+        norm = self._grad_norm_before_step()
+        self.ds.step()
+        if norm is None:
+            ds_norm = self.ds.get_global_grad_norm()
+            norm = float(ds_norm) if ds_norm is not None else math.nan
+        self._step += 1
+        elapsed = time.perf_counter() - started
+        tokens = sum(mb.tokens for mb in mbs)
+        return {
+            "step": float(self._step),
+            "lr": lr,
+            "grad_norm": norm,
+            "samples": float(sum(len(mb.sample_ids) for mb in mbs)),
+            "micro_batches": float(len(mbs)),
+            "tokens": float(tokens),
+            "response_tokens": float(sum(int(mb.loss_mask.sum()) for mb in mbs)),
+            "step_time_s": elapsed,
+            "tokens_per_s": tokens / max(elapsed, 1e-9),
+        }
+
+    def train_step(self, items: list[TrainBatchItem]) -> dict[str, float]:
+        """One optimizer step of the policy loss over all ``items``.
+
+        π_old is the detached recomputed log-prob: each batch gets exactly one
+        update, so π_old equals the current policy and the PPO ratio is 1 in
+        value (clipping cannot trigger, clip_frac is 0) while its gradient is
+        ∇log π. Off-policy lag between the rollout weights and these weights
+        is corrected by truncated IS against ``behaviour_logprobs``.
+        """
+        started = time.perf_counter()
+        self._maybe_refresh_ref()
+        mbs = micro_batches(items, self.cfg.micro_batch_tokens, self.cfg.pad_token_id)
+        num_tokens = float(sum(int(mb.loss_mask.sum()) for mb in mbs))
+        num_sequences = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
+        self.ds.train()
+        acc, loss_total = _Metrics(), 0.0
+        for mb in mbs:
+            logp, entropy = self._token_logprobs(mb, self.ds, self.cfg.temperature, with_entropy=True)
+            ref = None
+            if self._ref is not None:
+                with torch.no_grad():
+                    ref, _ = self._token_logprobs(mb, self._ref, self.cfg.temperature)
+            out = policy_loss(
+                LossInputs(
+                    logprobs=logp,
+                    old_logprobs=logp.detach(),
+                    behaviour_logprobs=mb.behaviour_logprobs.to(self._device),
+                    advantages=mb.advantages.to(self._device),
+                    mask=mb.loss_mask.to(self._device),
+                    ref_logprobs=ref,
+                    entropy=entropy,
+                    num_tokens=num_tokens,
+                    num_sequences=num_sequences,
+                ),
+                self.cfg.loss,
+            )
+            # The loss is already this micro-batch's share of the full-batch loss.
+            self.ds.backward(out.loss, scale_wrt_gas=False)
+            acc.add(out.metrics)
+            loss_total += float(out.loss.detach())
+        return {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs)}
+
+    def sft_step(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
+        """One optimizer step of cross-entropy on the response tokens (token mean, T = 1)."""
+        started = time.perf_counter()
+        mbs = micro_batches(sft_items(pairs), self.cfg.micro_batch_tokens, self.cfg.pad_token_id)
+        num_tokens = float(sum(int(mb.loss_mask.sum()) for mb in mbs))
+        self.ds.train()
+        loss_total = 0.0
+        for mb in mbs:
+            logp, _ = self._token_logprobs(mb, self.ds, 1.0)
+            loss = -(logp * mb.loss_mask.to(self._device)).sum() / num_tokens
+            self.ds.backward(loss, scale_wrt_gas=False)
+            loss_total += float(loss.detach())
+        return {"loss": loss_total, **self._apply_step(started, mbs)}
+
+    # ---- reference model -----------------------------------------------
+    def _maybe_refresh_ref(self) -> None:
+        every = self.cfg.ref_update_every
+        if self._ref is None or every is None or self._step == 0 or self._step % every:
+            return
+        state = self._full_state_dict()  # collective under ZeRO-3
+        if state is not None:
+            self._ref.load_state_dict(with_tied_head(state), strict=False)
+        # Other ranks' references are refreshed from rank 0's copy.
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            for p in self._ref.parameters():
+                torch.distributed.broadcast(p.data, src=0)
+
+    # ---- weights out ---------------------------------------------------
+    def _full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's state dict on rank 0 (None elsewhere)."""
+        if self.cfg.zero_stage == 3:
+            # Plain state_dict() holds empty partitions under ZeRO-3.
+            return self.ds._zero3_consolidated_16bit_state_dict()
+        return self.ds.module.state_dict() if self.rank == 0 else None
+
+    def export_weights(self, directory: Path) -> list[tuple[str, str, int]]:
+        """Write the consolidated weights as safetensors (rank 0); returns
+        (file name, sha256, bytes). ``lm_head.weight`` is always present.
+        Call on every rank; ranks other than 0 get []."""
+        state = self._full_state_dict()
+        if state is None:
+            return []
+        if self._tied:
+            state = with_tied_head(state)
+        dtype = EXPORT_DTYPES[self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")]
+        return write_safetensors(state, Path(directory), dtype=dtype, max_shard_bytes=self.cfg.export_shard_bytes)
+
+    # ---- checkpoints ---------------------------------------------------
+    def save_checkpoint(self, directory: Path, client_state: dict, *, keep_last: int = 2) -> None:
+        """Save everything needed to continue bit for bit, then commit it.
+
+        DeepSpeed writes ``directory/step-N/``; this rank's RNG states go
+        beside it. Only then is ``directory/LATEST`` replaced (atomically)
+        to name the new tag, so a kill at any moment leaves the previous
+        checkpoint committed. Older tags beyond ``keep_last`` are removed.
+        """
+        directory = Path(directory)
+        tag = f"step-{self._step:08d}"
+        extra = {"rlvr_client_state": client_state, "rlvr_step": self._step}
+        self.ds.save_checkpoint(str(directory), tag=tag, client_state=extra, save_latest=False)
+        torch.save(rng_states(), directory / tag / f"rng_rank{self.rank}.pt")
+        if self._ref is not None and self.rank == 0:
+            torch.save(self._ref.state_dict(), directory / tag / "ref_model.pt")
+        self._barrier()
+        if self.rank == 0:
+            tmp = directory / f".{LATEST}.tmp"
+            tmp.write_text(tag)
+            os.replace(tmp, directory / LATEST)
+            old = sorted(p for p in directory.glob("step-*") if p.is_dir() and p.name != tag)
+            for path in old[: max(0, len(old) - (keep_last - 1))]:
+                shutil.rmtree(path, ignore_errors=True)
+        self._barrier()
+
+    def load_checkpoint(self, directory: Path) -> dict | None:
+        """Restore the committed checkpoint; returns its client_state, or
+        None when ``directory`` holds no committed checkpoint."""
+        marker = Path(directory) / LATEST
+        if not marker.exists():
+            return None
+        tag = marker.read_text().strip()
+        path, extra = self.ds.load_checkpoint(str(directory), tag=tag)
+        if path is None:
+            raise CheckpointLoadError(f"DeepSpeed could not load checkpoint {directory}/{tag}")
+        self._step = int(extra["rlvr_step"])
+        set_rng_states(torch.load(Path(directory) / tag / f"rng_rank{self.rank}.pt", weights_only=False))
+        ref_path = Path(directory) / tag / "ref_model.pt"
+        if self._ref is not None and ref_path.exists():
+            self._ref.load_state_dict(torch.load(ref_path, map_location=self._device))
+        return extra["rlvr_client_state"]
+
+    def _barrier(self) -> None:
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()
+
+    def close(self) -> None:
+        """Release DeepSpeed's hooks and buffers (ZeRO-3 registers module hooks)."""
+        self.ds.destroy()
+
+
+__all__ = [
+    "CheckpointLoadError",
+    "LearnerEngine",
+    "TrainBatchItem",
+    "deepspeed_config",
+    "ensure_dist_env",
+    "lr_factor",
+]

@@ -1,0 +1,117 @@
+"""Evaluation rounds: held-out prompts, n completions each, pass@k.
+
+The learner publishes a round's tasks with ``purpose = "eval"`` (they never
+reach the optimizer), collects their scored groups as they complete, and
+reports pass@k for every configured k (unbiased estimator). A round that
+does not complete within its timeout reports on the groups it has and says
+how many were missing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import anyio
+
+from rlvr.actors.bus import Bus
+from rlvr.learner.config import EvalConfig
+from rlvr.learner.datasets import TaskSpec
+from rlvr.learner.feeder import publish_task
+from rlvr.learner.groups import Group
+from rlvr.learner.passk import mean_pass_at_k
+from rlvr.protocol import SamplingParams, Task
+
+
+class EvalRound:
+    def __init__(self, round_id: int, label: str, task_ids: set[str], n: int, ks: tuple[int, ...]) -> None:
+        self.round_id = round_id
+        self.label = label
+        self.expected = set(task_ids)
+        self.n = n
+        self.ks = ks
+        self.correct: dict[str, int] = {}
+        self.versions: list[int] = []
+        self.complete = anyio.Event()
+
+    def add(self, group: Group) -> None:
+        if group.group_id not in self.expected or group.group_id in self.correct:
+            return
+        self.correct[group.group_id] = sum(
+            1 for _, sc in group.members if sc.verdict.components.get("accuracy", sc.verdict.reward) > 0
+        )
+        self.versions += [sc.sample.policy_version for _, sc in group.members]
+        if len(self.correct) == len(self.expected):
+            self.complete.set()
+
+    def result(self) -> dict:
+        counts = list(self.correct.values())
+        out: dict = {
+            "eval_round": self.round_id,
+            "label": self.label,
+            "prompts": len(counts),
+            "missing": len(self.expected) - len(counts),
+            "policy_version_min": min(self.versions, default=0),
+            "policy_version_max": max(self.versions, default=0),
+        }
+        for k in self.ks:
+            if k <= self.n:
+                out[f"pass_at_{k}"] = mean_pass_at_k(counts, self.n, k)
+        if counts:
+            out["mean_correct_fraction"] = statistics.fmean(c / self.n for c in counts)
+        return out
+
+
+class Evaluator:
+    def __init__(self, bus: Bus, heldout: list[TaskSpec], cfg: EvalConfig, sampling: SamplingParams) -> None:
+        self.bus = bus
+        self.prompts = heldout[: cfg.prompts]
+        self.cfg = cfg
+        self.sampling = SamplingParams(
+            temperature=cfg.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            max_tokens=sampling.max_tokens,
+            stop=sampling.stop,
+        )
+        self.current: EvalRound | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.prompts)
+
+    def task_id(self, round_id: int, i: int) -> str:
+        return f"{self.bus.names.run}-eval{round_id}-{i}"
+
+    def add(self, group: Group) -> None:
+        if self.current is not None:
+            self.current.add(group)
+
+    async def run_round(self, round_id: int, label: str, policy_version: int, timeout_s: float) -> dict:
+        ids = {self.task_id(round_id, i) for i in range(len(self.prompts))}
+        self.current = EvalRound(round_id, label, ids, self.cfg.n, self.cfg.ks)
+        started = time.monotonic()
+        for i, spec in enumerate(self.prompts):
+            await publish_task(
+                self.bus,
+                Task(
+                    run=self.bus.names.run,
+                    task_id=self.task_id(round_id, i),
+                    dataset=spec.dataset,
+                    index=spec.index,
+                    prompt=spec.prompt,
+                    verifier=spec.verifier,
+                    n=self.cfg.n,
+                    sampling=self.sampling,
+                    policy_version=policy_version,
+                    created_at=time.time(),
+                    purpose="eval",
+                    level=spec.level,
+                ),
+            )
+        with anyio.move_on_after(timeout_s):
+            await self.current.complete.wait()
+        result = self.current.result()
+        result["seconds"] = time.monotonic() - started
+        self.current = None
+        return result

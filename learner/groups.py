@@ -1,0 +1,131 @@
+"""Group assembly and the filters between the verifiers and the optimizer.
+
+Scored samples arrive one by one in any order; ``GroupAssembler`` collects
+them by ``group_id`` until ``group_size`` have arrived, then ``filter_group``
+decides what reaches the optimizer. Every sample that does not is counted
+under one reason, so "samples scored" always equals "samples trained" plus
+the sum of the drop counters:
+
+- ``duplicate``: the same sample id seen again (a redelivery); not a loss.
+- ``stale``: ``current_version - sample.policy_version > max_staleness``.
+- ``verify_failed``: the verifier timed out or its sandbox failed; the
+  reward is not a real one. The group's other samples are kept if at least
+  two remain (their advantages are still meaningful), else dropped too.
+- ``rejected``: the rollout rejected the prompt (too long).
+- ``zero_variance``: DAPO dynamic sampling; all rewards in the group equal.
+- ``partial``: the group did not complete within ``group_timeout_s``.
+
+This module is pure: no NATS, no torch.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+
+import msgspec
+
+from rlvr.protocol import Scored
+
+DROP_REASONS = ("stale", "verify_failed", "rejected", "zero_variance", "partial", "duplicate")
+
+
+class Group(msgspec.Struct):
+    group_id: str
+    size: int
+    members: list[tuple[int, Scored]]  # (stream sequence, scored sample)
+    first_seen: float
+
+    @property
+    def purpose(self) -> str:
+        return self.members[0][1].sample.purpose
+
+
+class FilterResult(msgspec.Struct):
+    kept: list[tuple[int, Scored]]
+    dropped: list[tuple[int, Scored, str]]  # (seq, sample, reason)
+
+
+class GroupAssembler:
+    def __init__(self, group_timeout_s: float) -> None:
+        self.group_timeout_s = group_timeout_s
+        self.open: dict[str, Group] = {}
+        self.seen: set[str] = set()
+        self.duplicates = 0
+
+    def add(self, seq: int, scored: Scored, now: float | None = None) -> Group | None:
+        """Add one sample; return its group when this sample completes it."""
+        sid = scored.sample_id
+        if sid in self.seen:
+            self.duplicates += 1
+            return None
+        self.seen.add(sid)
+        s = scored.sample
+        group = self.open.get(s.group_id)
+        if group is None:
+            group = self.open[s.group_id] = Group(s.group_id, s.group_size, [], now or time.monotonic())
+        group.members.append((seq, scored))
+        if len(group.members) >= group.size:
+            del self.open[s.group_id]
+            group.members.sort(key=lambda m: m[1].sample.sample_index)
+            return group
+        return None
+
+    def expire(self, now: float | None = None) -> list[Group]:
+        """Groups open longer than the timeout, removed and returned (drop them as partial)."""
+        now = time.monotonic() if now is None else now
+        expired = [g for g in self.open.values() if now - g.first_seen > self.group_timeout_s]
+        for g in expired:
+            del self.open[g.group_id]
+        return expired
+
+    def pending_seqs(self) -> list[int]:
+        return [seq for g in self.open.values() for seq, _ in g.members]
+
+
+def filter_group(
+    group: Group,
+    *,
+    current_version: int,
+    max_staleness: int,
+    dynamic_sampling: bool,
+    zero_variance_eps: float,
+) -> FilterResult:
+    kept: list[tuple[int, Scored]] = []
+    dropped: list[tuple[int, Scored, str]] = []
+    for seq, sc in group.members:
+        if sc.sample.finish_reason == "rejected":
+            dropped.append((seq, sc, "rejected"))
+        elif sc.verdict.outcome in ("timeout", "sandbox_error"):
+            dropped.append((seq, sc, "verify_failed"))
+        elif current_version - sc.sample.policy_version > max_staleness:
+            dropped.append((seq, sc, "stale"))
+        else:
+            kept.append((seq, sc))
+    if len(kept) < 2:
+        # Other drops left fewer than two samples: no advantage can be formed.
+        dropped += [(seq, sc, "partial") for seq, sc in kept]
+        return FilterResult([], dropped)
+    rewards = [sc.verdict.reward for _, sc in kept]
+    if dynamic_sampling and statistics.pstdev(rewards) <= zero_variance_eps:
+        dropped += [(seq, sc, "zero_variance") for seq, sc in kept]
+        return FilterResult([], dropped)
+    return FilterResult(kept, dropped)
+
+
+class DropCounter:
+    """Samples and groups dropped, by reason."""
+
+    def __init__(self) -> None:
+        self.samples: Counter[str] = Counter()
+        self.groups: Counter[str] = Counter()
+
+    def count(self, result: FilterResult) -> None:
+        reasons = Counter(reason for _, _, reason in result.dropped)
+        self.samples.update(reasons)
+        if not result.kept and reasons:
+            self.groups[reasons.most_common(1)[0][0]] += 1
+
+    def as_dict(self) -> dict[str, int]:
+        return {f"drop_{k}": v for k, v in sorted(self.samples.items())}

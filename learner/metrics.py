@@ -1,0 +1,67 @@
+"""Per-step metrics: one JSON object per line in ``metrics.jsonl``, mirrored to
+TensorBoard when it is installed, and attached to the step's span."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from rlvr.protocol import Scored
+
+
+class MetricsWriter:
+    def __init__(self, out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = out_dir / "metrics.jsonl"
+        self._f = open(self.path, "a", buffering=1)  # noqa: SIM115 (lives with the learner)
+        self._tb = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(out_dir / "tensorboard"))
+        except Exception:  # tensorboard not installed: JSONL only
+            self._tb = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._f.write(json.dumps(record, default=float) + "\n")
+        if self._tb is not None and "step" in record:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def batch_metrics(groups: list[list[Scored]], current_version: int) -> dict[str, float]:
+    """Reward, pass rate, length and staleness statistics of one step's batch."""
+    samples = [s for g in groups for s in g]
+    if not samples:
+        return {}
+    rewards = [s.verdict.reward for s in samples]
+    lengths = [len(s.sample.completion.ids) for s in samples]
+    by_verifier: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        acc = s.verdict.components.get("accuracy", s.verdict.reward)
+        by_verifier[s.verdict.verifier].append(1.0 if acc > 0 else 0.0)
+    staleness = Counter(current_version - s.sample.policy_version for s in samples)
+    out: dict[str, float] = {
+        "reward_mean": statistics.fmean(rewards),
+        "reward_std": statistics.pstdev(rewards),
+        "group_reward_std_mean": statistics.fmean(statistics.pstdev([s.verdict.reward for s in g]) for g in groups),
+        "response_len_mean": statistics.fmean(lengths),
+        "response_len_max": float(max(lengths)),
+        "response_clip_ratio": sum(s.sample.finish_reason == "length" for s in samples) / len(samples),
+        "staleness_mean": statistics.fmean(current_version - s.sample.policy_version for s in samples),
+        "staleness_max": float(max(staleness)),
+    }
+    for v, hits in by_verifier.items():
+        out[f"pass_rate_{v}"] = statistics.fmean(hits)
+    for lag, count in sorted(staleness.items()):
+        out[f"staleness_hist_{lag}"] = float(count)
+    return out

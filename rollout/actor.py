@@ -1,0 +1,181 @@
+"""The rollout actor: tasks in, one Sample per completion out.
+
+It pulls tasks from the shared ``rollout`` consumer (at most
+``max_inflight_tasks`` in hand; the engine batches them continuously), keeps
+each alive with ``in_progress`` while it generates, publishes the group's
+samples with ``Nats-Msg-Id = task_id/index``, and acks the task only after
+every sample is acknowledged by JetStream. A redelivered task republishes
+the same ids, which JetStream's duplicate window drops.
+
+Policy versions: a sample carries the lowest and the highest weights version
+it was generated under (they differ only when a reload landed mid-generation).
+
+Weight reloads come from ``rlvr.rollout.weights_sync`` (announcements on the
+WEIGHTS stream). A prompt the engine rejects as too long still yields ``n``
+samples with ``finish_reason = "rejected"`` so the learner's group accounting
+closes; the verifier scores them ``parse_error`` and the learner counts the
+drop. An engine that died ends the replica with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from rlvr.actors.consume import ActorFatalError, Consumer, Delivery, Nak
+from rlvr.actors.logs import get_logger
+from rlvr.actors.meters import LatencyMeter, RateMeter
+from rlvr.actors.runtime import ActorContext, HeartbeatFields
+from rlvr.actors.tracing import tracer
+from rlvr.protocol import Completion, Sample, Task, Timings, decode
+from rlvr.rollout.config import RolloutConfig
+from rlvr.rollout.engines.base import EngineDeadError, GroupResult, PromptTooLongError, make_engine
+
+log = get_logger("rlvr.rollout")
+
+
+class RolloutActor:
+    role = "rollout"
+
+    def __init__(self, cfg: RolloutConfig) -> None:
+        self.cfg = cfg
+        self.engine = make_engine(cfg.engine)
+        self.consumer: Consumer[Task] | None = None
+        self.tokens = RateMeter()
+        self.samples = RateMeter()
+        self.queue_wait = LatencyMeter()
+        self.weights_load_s = 0.0
+        self.weights_fetch_s = 0.0
+        self.abort_scopes: set[anyio.CancelScope] = set()
+
+    @property
+    def version(self) -> int:
+        return self.engine.weights_version
+
+    async def run(self, ctx: ActorContext) -> None:
+        from rlvr.rollout.weights_sync import WeightsWatcher
+
+        self.ctx = ctx
+        await self.engine.start()
+        log.info("engine_ready", engine=self.cfg.engine.__struct_config__.tag)
+        try:
+            watcher = WeightsWatcher(ctx.bus, self, self.cfg)
+            self.consumer = Consumer(
+                ctx.bus,
+                ctx.bus.consumer_def("rollout"),
+                stage="rollout",
+                decode=lambda data: decode(data, Task),
+                handle=self.handle,
+                concurrency=self.cfg.max_inflight_tasks,
+                task_id_of=lambda task: task.task_id,
+            )
+            async with anyio.create_task_group() as tg:
+                await tg.start(watcher.run)
+                await self.consumer.run(ctx.stop)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.engine.close()
+
+    async def handle(self, task: Task, delivery: Delivery) -> Nak | None:
+        picked_up = time.time()
+        self.queue_wait.add(max(0.0, picked_up - task.created_at))
+        with tracer().start_as_current_span(
+            "rollout.generate",
+            attributes={"rlvr.task_id": task.task_id, "rlvr.n": task.n, "rlvr.replica": self.ctx.replica},
+        ) as span:
+            with anyio.CancelScope() as abort_scope:
+                self.abort_scopes.add(abort_scope)
+                try:
+                    result, rejected = await self._generate(task, delivery)
+                finally:
+                    self.abort_scopes.discard(abort_scope)
+            if abort_scope.cancelled_caught:
+                # Aborted for a weight reload (reload_policy = "abort_requeue").
+                return Nak(0.0, "aborted for a weight reload")
+            generate_s = time.time() - picked_up
+            span.set_attribute("rlvr.policy_version", result.weights_version_min)
+            span.set_attribute("rlvr.tokens", sum(len(g.ids) for g in result.generations))
+            await self._publish(task, result, rejected, picked_up, generate_s)
+        return None
+
+    async def _generate(self, task: Task, delivery: Delivery) -> tuple[GroupResult, bool]:
+        rejected = False
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(delivery.keep_alive, self.cfg.in_progress_every_s)
+            try:
+                result = await self.engine.generate(task.prompt, task.n, task.sampling)
+            except PromptTooLongError as e:
+                log.warning("prompt_rejected", reason=str(e))
+                result, rejected = _rejected(task, self.version), True
+            except EngineDeadError as e:
+                raise ActorFatalError(f"engine died: {e}") from e
+            tg.cancel_scope.cancel()
+        return result, rejected
+
+    async def _publish(
+        self, task: Task, result: GroupResult, rejected: bool, picked_up: float, generate_s: float
+    ) -> None:
+        names = self.ctx.names
+        for i, gen in enumerate(result.generations):
+            sample = Sample(
+                run=task.run,
+                task_id=task.task_id,
+                sample_index=i,
+                group_id=task.task_id,
+                group_size=task.n,
+                prompt_ids=result.prompt_ids,
+                completion=Completion(ids=gen.ids, logprobs=gen.logprobs),
+                text=gen.text,
+                finish_reason="rejected" if rejected else gen.finish_reason,
+                policy_version=result.weights_version_min,
+                policy_version_max=result.weights_version_max,
+                verifier=task.verifier,
+                sampling=task.sampling,
+                replica=self.ctx.replica,
+                purpose=task.purpose,
+                dataset=task.dataset,
+                index=task.index,
+                level=task.level,
+                timings=Timings(
+                    queued_s=max(0.0, picked_up - task.created_at),
+                    generate_s=generate_s,
+                    finished_at=time.time(),
+                ),
+            )
+            await self.ctx.bus.publish(names.rollouts, sample, msg_id=sample.sample_id)
+            self.tokens.add(len(gen.ids))
+            self.samples.add(1)
+
+    def abort_in_flight(self) -> int:
+        for scope in list(self.abort_scopes):
+            scope.cancel()
+        return len(self.abort_scopes)
+
+    def heartbeat(self) -> HeartbeatFields:
+        counters = dict(self.consumer.stats.counters) if self.consumer else {}
+        counters["samples_total"] = self.samples.total
+        counters["tokens_total"] = self.tokens.total
+        return HeartbeatFields(
+            policy_version=self.version,
+            in_flight=self.consumer.stats.in_flight if self.consumer else 0,
+            counters=counters,
+            gauges={
+                "tokens_per_s": self.tokens.rate(),
+                "samples_per_s": self.samples.rate(),
+                "queue_wait_p50_s": self.queue_wait.quantile(0.5),
+                "queue_wait_p99_s": self.queue_wait.quantile(0.99),
+                "weights_fetch_s": self.weights_fetch_s,
+                "weights_load_s": self.weights_load_s,
+            },
+        )
+
+
+def _rejected(task: Task, version: int) -> GroupResult:
+    from rlvr.rollout.engines.base import Generation
+
+    empty = Generation(ids=[], logprobs=[], text="", finish_reason="abort")
+    return GroupResult(
+        prompt_ids=[], generations=[empty] * task.n, weights_version_min=version, weights_version_max=version
+    )

@@ -1,0 +1,33 @@
+"""Generation engines behind one interface (see ``base``): vllm, hf, trivial.
+
+Importing this package imports no torch and no vLLM; ``make_engine`` loads the
+chosen backend.
+"""
+
+from rlvr.rollout.engines.base import (
+    Engine,
+    EngineConfig,
+    EngineDeadError,
+    Generation,
+    GroupResult,
+    HFEngineConfig,
+    PromptTooLongError,
+    TrivialEngineConfig,
+    VLLMEngineConfig,
+    WeightsRejectedError,
+    make_engine,
+)
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineDeadError",
+    "Generation",
+    "GroupResult",
+    "HFEngineConfig",
+    "PromptTooLongError",
+    "TrivialEngineConfig",
+    "VLLMEngineConfig",
+    "WeightsRejectedError",
+    "make_engine",
+]

@@ -1,0 +1,207 @@
+"""The generation-engine interface the rollout actor calls, and its typed configs.
+
+An engine turns one prompt into a group of ``n`` completions, each with the
+token ids, the text, the behaviour log-prob of every sampled token and a
+finish reason, and it swaps its weights in place. The log-probs are those of
+the *processed* sampling distribution (after temperature, top-k and top-p),
+which is what the learner recomputes for importance sampling.
+
+Backends: ``vllm`` (AsyncLLM, continuous batching), ``hf`` (transformers
+``generate``, CPU demos and tests) and ``trivial`` (arithmetic answers with a
+set accuracy, no torch: the walking skeleton). This module imports no torch;
+``make_engine`` imports the chosen backend lazily.
+
+Not covered here: NATS, retries, weight download (rollout/actor.py) and the
+sha256 check of a blob (rollout/weights.py).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, runtime_checkable
+
+import msgspec
+from msgspec import Meta
+
+from rlvr.protocol.tasks import ChatMessage, SamplingParams
+from rlvr.rollout.weights import WeightsRejectedError
+
+if TYPE_CHECKING:
+    from rlvr.protocol.weights import WeightFile
+
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+
+
+class Generation(msgspec.Struct, frozen=True):
+    """One completion. ``ids`` include the end-of-sequence token when the
+    model emitted one (the learner must learn to stop); ``text`` does not."""
+
+    ids: list[int]
+    logprobs: list[float]  # logprobs[i] = log π(ids[i] | prompt, ids[:i]), processed distribution
+    text: str
+    finish_reason: Literal["stop", "length", "abort"]
+
+
+class GroupResult(msgspec.Struct, frozen=True):
+    """The ``n`` completions of one prompt, and the policy versions they saw.
+
+    ``weights_version_min < weights_version_max`` when weights were reloaded
+    while the group was being generated.
+    """
+
+    prompt_ids: list[int]
+    generations: list[Generation]
+    weights_version_min: int
+    weights_version_max: int
+
+
+class PromptTooLongError(ValueError):
+    """The rendered prompt has more tokens than the engine's ``max_prompt_tokens``."""
+
+    def __init__(self, n_tokens: int, limit: int) -> None:
+        super().__init__(f"prompt has {n_tokens} tokens > limit {limit}")
+        self.n_tokens = n_tokens
+        self.limit = limit
+
+
+class EngineDeadError(RuntimeError):
+    """The engine cannot serve any more; the replica should exit non-zero."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    weights_version: int  # the ``version`` of the last successful load_weights, 0 at start
+
+    async def start(self) -> None: ...
+
+    async def generate(
+        self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
+    ) -> GroupResult: ...
+
+    async def load_weights(
+        self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
+    ) -> None:
+        """Load a full state dict from ``directory``; with ``files``, check their
+        sha256 first. Raises ``WeightsRejectedError`` and keeps the old weights
+        on a bad or partial blob."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class HFEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="hf", tag_field="kind"):
+    model: str  # local folder with config.json, tokenizer and safetensors
+    dtype: Dtype = "float32"
+    max_prompt_tokens: Annotated[int, Meta(gt=0)] = 1024
+    device: str = "cpu"
+    max_batch: Annotated[int, Meta(gt=0)] = 64  # sequences per transformers.generate call
+
+
+class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="vllm", tag_field="kind"):
+    model: str
+    dtype: Dtype = "auto"
+    max_model_len: Annotated[int, Meta(gt=0)] = 4096
+    max_prompt_tokens: Annotated[int, Meta(gt=0)] = 1024
+    tensor_parallel_size: Annotated[int, Meta(gt=0)] = 1
+    gpu_memory_utilization: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.9
+    # Required on CPU (or env VLLM_CPU_KVCACHE_SPACE in GiB); on GPU None lets
+    # vLLM size the cache from gpu_memory_utilization.
+    kv_cache_memory_bytes: Annotated[int, Meta(gt=0)] | None = None
+    enforce_eager: bool = True
+    max_num_seqs: Annotated[int, Meta(gt=0)] = 256
+    seed: int = 0
+    extra: dict[str, Any] = {}  # passed through to vllm AsyncEngineArgs as keyword arguments
+
+    def __post_init__(self) -> None:
+        if self.max_prompt_tokens >= self.max_model_len:
+            raise ValueError(
+                f"max_prompt_tokens ({self.max_prompt_tokens}) must be < max_model_len ({self.max_model_len})"
+            )
+
+
+class TrivialEngineConfig(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="trivial", tag_field="kind"
+):
+    accuracy: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
+    seed: int = 0
+
+
+EngineConfig = HFEngineConfig | VLLMEngineConfig | TrivialEngineConfig
+
+
+def make_engine(cfg: EngineConfig) -> Engine:
+    """Build (not start) the engine a config names; heavy imports happen here."""
+    match cfg:
+        case TrivialEngineConfig():
+            from rlvr.rollout.engines.trivial import TrivialEngine
+
+            return TrivialEngine(cfg)
+        case HFEngineConfig():
+            from rlvr.rollout.engines.hf import HFEngine
+
+            return HFEngine(cfg)
+        case VLLMEngineConfig():
+            from rlvr.rollout.engines.vllm import VLLMEngine
+
+            return VLLMEngine(cfg)
+    raise TypeError(f"not an engine config: {cfg!r}")
+
+
+def render_prompt_ids(tokenizer: Any, prompt: str | list[ChatMessage]) -> list[int]:
+    """Token ids of a prompt: chat messages through the tokenizer's chat template
+    (with the assistant generation prompt), plain text through the tokenizer."""
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    messages = [{"role": m.role, "content": m.content} for m in prompt]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    # The template already writes any BOS/special tokens as text.
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def eos_token_ids(tokenizer: Any, model_dir: str) -> list[int]:
+    """End-of-sequence ids: the tokenizer's EOS plus generation_config.json's list."""
+    import json
+
+    ids: list[int] = [] if tokenizer.eos_token_id is None else [int(tokenizer.eos_token_id)]
+    path = pathlib.Path(model_dir) / "generation_config.json"
+    if path.is_file():
+        extra = json.loads(path.read_text()).get("eos_token_id")
+        for i in extra if isinstance(extra, list) else [extra] if extra is not None else []:
+            if int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def cut_at_stop(tokenizer: Any, ids: list[int], stop: tuple[str, ...]) -> tuple[int, str] | None:
+    """If the decoded completion contains a stop string, return (number of ids
+    to keep, text before the stop string); ids are kept up to and including
+    the token that completed the stop string, as vLLM does."""
+    if not stop:
+        return None
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    if not any(s in full for s in stop):
+        return None
+    for k in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:k], skip_special_tokens=True)
+        hits = [text.find(s) for s in stop if s in text]
+        if hits:
+            return k, text[: min(hits)]
+    return None
+
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineDeadError",
+    "Generation",
+    "GroupResult",
+    "HFEngineConfig",
+    "PromptTooLongError",
+    "TrivialEngineConfig",
+    "VLLMEngineConfig",
+    "WeightsRejectedError",
+    "cut_at_stop",
+    "eos_token_ids",
+    "make_engine",
+    "render_prompt_ids",
+]

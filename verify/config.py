@@ -1,0 +1,79 @@
+"""Configuration of the verifier role (the ``[verify]`` section).
+
+It covers the worker pool (size, hard timeout, the reward a timeout gets),
+how many messages one replica holds at once, and the sandbox that code
+verifiers use. Which verifier scores a task and with which parameters is not
+config: it travels in each task's ``VerifierSpec``.
+
+The comment above each field is its documentation (the README's option
+table is generated from these comments).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct
+
+Seconds = Annotated[float, Meta(gt=0)]
+
+
+class SandboxLimitsConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # Wall-clock seconds one program run may take before its process group is killed.
+    wall_s: Annotated[float, Meta(gt=0, le=600)] = 10.0
+    # CPU seconds per program run (RLIMIT_CPU).
+    cpu_s: Annotated[int, Meta(ge=1, le=600)] = 10
+    # Address space per program, MiB (RLIMIT_AS; docker: memory limit).
+    memory_mb: Annotated[int, Meta(ge=16, le=65536)] = 512
+    # Largest file a program may write, MiB (RLIMIT_FSIZE).
+    file_size_mb: Annotated[int, Meta(ge=1, le=4096)] = 16
+    # Open file descriptors per program (RLIMIT_NOFILE).
+    open_files: Annotated[int, Meta(ge=16, le=65536)] = 64
+    # Processes / threads the program may create (RLIMIT_NPROC; docker: pids limit).
+    processes: Annotated[int, Meta(ge=1, le=4096)] = 32
+    # Bytes of stdout and of stderr kept per run; the rest is discarded.
+    output_bytes: Annotated[int, Meta(ge=1024, le=1 << 30)] = 65536
+
+
+class SandboxConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # Where untrusted code runs: "local" (bubblewrap / unshare + rlimits) or "docker".
+    backend: Literal["local", "docker"] = "local"
+    # Docker image for the "docker" backend (built locally; images are never pulled).
+    docker_image: str = "rlvr-sandbox:local"
+    # Per-run resource limits.
+    limits: SandboxLimitsConfig = SandboxLimitsConfig()
+
+
+class VerifyConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # Worker processes per replica; each runs one verification at a time.
+    pool_size: Annotated[int, Meta(ge=1, le=256)] = 2
+    # Hard wall-clock limit per verification; the worker is killed and replaced past it.
+    timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 30.0
+    # Reward of a verification that timed out (its outcome is always "timeout").
+    timeout_reward: Annotated[float, Meta(ge=-10, le=10)] = 0.0
+    # Reward of a verification whose worker crashed (outcome "sandbox_error").
+    error_reward: Annotated[float, Meta(ge=-10, le=10)] = 0.0
+    # Seconds a new worker may take to start and warm up (import sympy) before it counts as failed.
+    worker_start_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 120.0
+    # Replace a worker after this many verifications (0: never), to bound slow leaks.
+    max_tasks_per_worker: Annotated[int, Meta(ge=0)] = 0
+    # Verifiers warmed up in every worker at start, so the first real call pays no import.
+    warm_verifiers: tuple[str, ...] = ("math",)
+    # Messages one replica holds at once (pulled, not yet acked); at least pool_size keeps workers busy.
+    concurrency: Annotated[int, Meta(ge=1, le=4096)] = 8
+    # Seconds between in_progress signals for a message still being verified.
+    in_progress_every_s: Seconds = 5.0
+    # The sandbox code verifiers run untrusted programs in.
+    sandbox: SandboxConfig = SandboxConfig()
+
+    def __post_init__(self) -> None:
+        # A sandbox run longer than the pool timeout would always end as a
+        # pool timeout (the worker killed) instead of a clean sandbox verdict.
+        if self.sandbox.limits.wall_s >= self.timeout_s:
+            raise ValueError(
+                f"sandbox.limits.wall_s ({self.sandbox.limits.wall_s}) must be below "
+                f"timeout_s ({self.timeout_s})"
+            )
+
+
+__all__ = ["SandboxConfig", "SandboxLimitsConfig", "VerifyConfig"]

@@ -1,0 +1,169 @@
+"""Pull the final answer out of a model response.
+
+Order, most trusted first: the last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced
+braces, also ``\\boxed 5``; a run of boxes separated only by commas or "and"
+becomes one comma list), then "the answer is ..." / "Answer: ...", then the
+GSM8K marker ``#### ...``, then the last number in the text. ``strictness``
+says how far down that list extraction may go.
+
+Every scan here is linear in the response length (``rfind`` and single-pass
+regexes), so a 1 MB response costs milliseconds. This module does not judge
+the answer; see ``equivalence``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+Strictness = Literal["boxed", "answer", "last_number"]
+
+_BOX_WORDS = ("\\boxed", "\\fbox")
+_MAX_BOX_RUN = 8  # how many adjacent boxes may be joined into one list
+_JOINER = re.compile(r"^[\s$,;]*(?:(?:and|or|\\text\{\s*(?:and|or)\s*\}|\\quad|\\,)[\s$,;]*)?$")
+_ANSWER_IS = re.compile(
+    r"(?:final answer|the answer|answer)\s*(?:\*\*)?\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+
+
+def _balanced(text: str, open_at: int) -> int | None:
+    """Index just past the brace group opened at ``text[open_at] == '{'``.
+
+    Escaped braces (``\\{``, ``\\}``) are literal in LaTeX and do not count.
+    """
+    depth = 0
+    i = open_at
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def _box_at(text: str, start: int, word: str) -> tuple[str, int] | None:
+    """The content of the box starting at ``start`` and the index past it."""
+    i = start + len(word)
+    if i < len(text) and (text[i].isalpha()):
+        return None  # e.g. \boxedfoo is another macro
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i >= len(text):
+        return None
+    if text[i] == "{":
+        end = _balanced(text, i)
+        if end is None:
+            return None
+        return text[i + 1 : end - 1], end
+    m = re.match(r"[^\s$]+", text[i : i + 200])  # \boxed 5
+    if m is None:
+        return None
+    return m.group(0).rstrip(".,"), i + m.end()
+
+
+def _box_starts(text: str, before: int) -> int:
+    """Start of the last box word in ``text[:before]``, or -1."""
+    best = -1
+    for word in _BOX_WORDS:
+        best = max(best, text.rfind(word, 0, before))
+    return best
+
+
+def extract_boxed(text: str) -> str | None:
+    """The last box, joined with the boxes right before it when only
+    separators lie between them (``\\boxed{1}, \\boxed{2}`` -> ``1, 2``)."""
+    start = _box_starts(text, len(text))
+    found: list[str] = []
+    boundary = len(text)
+    while start >= 0 and len(found) < _MAX_BOX_RUN:
+        word = "\\fbox" if text.startswith("\\fbox", start) else "\\boxed"
+        box = _box_at(text, start, word)
+        if box is not None:
+            content, end = box
+            if found and not _JOINER.match(text[end:boundary]):
+                break
+            if end <= boundary:  # a box nested in the previous one is ignored
+                found.append(content)
+                boundary = start
+        elif not found:
+            pass  # an unterminated last box: look further back
+        else:
+            break
+        start = _box_starts(text, start)
+    if not found:
+        return None
+    return ", ".join(reversed(found)) if len(found) > 1 else found[0]
+
+
+def _rest_of_sentence(text: str) -> str:
+    text = text.lstrip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if text.startswith(left):
+            end = text.find(right, len(left), 2000)
+            while end > 0 and text[end - 1] == "\\" and right == "$":  # \$ is a dollar sign
+                end = text.find(right, end + 1, 2000)
+            if end > 0:
+                return text[len(left) : end].strip()
+    line = text.split("\n", 1)[0]
+    line = line[:500]
+    # A full stop followed by a space or the end closes the sentence; a dot
+    # inside a number (3.5) does not.
+    m = re.search(r"\.(?:\s|$)", line)
+    if m is not None:
+        line = line[: m.start()]
+    return line.strip().strip("*").strip()
+
+
+def extract_answer_is(text: str) -> str | None:
+    last = None
+    for last in _ANSWER_IS.finditer(text):
+        pass
+    if last is None:
+        return None
+    answer = _rest_of_sentence(text[last.end() :])
+    return answer or None
+
+
+def extract_hashes(text: str) -> str | None:
+    at = text.rfind("####")
+    if at < 0:
+        return None
+    answer = _rest_of_sentence(text[at + 4 :])
+    return answer or None
+
+
+def extract_last_number(text: str) -> str | None:
+    last = None
+    for last in _NUMBER.finditer(text):
+        pass
+    return None if last is None else last.group(0)
+
+
+def extract_answer(text: str, strictness: Strictness) -> tuple[str | None, str]:
+    """``(answer, how)``: ``how`` names the rule that matched, or ``"none"``."""
+    boxed = extract_boxed(text)
+    if boxed is not None:
+        return boxed, "boxed"
+    if strictness == "boxed":
+        return None, "none"
+    for how, rule in (("answer_is", extract_answer_is), ("hashes", extract_hashes)):
+        found = rule(text)
+        if found is not None:
+            return found, how
+    if strictness == "answer":
+        return None, "none"
+    number = extract_last_number(text)
+    return (number, "last_number") if number is not None else (None, "none")
+
+
+__all__ = ["Strictness", "extract_answer", "extract_boxed"]

@@ -1,0 +1,450 @@
+"""A pool of killable worker processes that run verifications under a hard timeout.
+
+``VerifierPool.verify`` resolves the spec in the caller (a bad spec raises
+``VerifierSpecError`` before anything is dispatched), then hands the work to
+an idle worker process and waits at most ``timeout_s`` of wall-clock time:
+- past the deadline the worker's whole process group is SIGKILLed and a
+  fresh worker replaces it; the result is ``Verdict(outcome="timeout",
+  reward=timeout_reward)``;
+- a worker that dies (segfault, ``os._exit``) or whose verifier raises
+  (``MemoryError``, a bug) gives ``outcome="sandbox_error"``; a dead or
+  MemoryError-struck worker is replaced.
+Neither is ever reported as ``wrong``. At most ``size`` verifications run at
+once, and the pool returns to full size after every kill.
+
+Why not ``anyio.to_process``: its workers are shared by everything in the
+event loop, spawned lazily, pruned when idle and capped by one global
+limiter, so neither the pool size nor a warm (sympy already imported) worker
+could be guaranteed. Here each worker is ``python -c worker_main()`` started
+with ``anyio.open_process`` in its own session, talking length-prefixed
+msgpack over its stdin/stdout pipes (its fd 0/1 are re-pointed at /dev/null so
+a stray print cannot corrupt the channel).
+
+Not covered here: which verifier does what (``rlvr.verify.registry``), NATS
+(the verifier actor), sandboxing untrusted code (``rlvr.verify.sandbox``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter, deque
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.abc import Process, TaskGroup
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from rlvr.protocol.samples import Verdict
+from rlvr.protocol.tasks import VerifierSpec
+from rlvr.verify.config import VerifyConfig
+from rlvr.verify.registry import VerifyContext, get, resolve, warm_up
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+OUTCOMES = ("ok", "wrong", "timeout", "sandbox_error", "parse_error")
+
+
+class WorkerStartError(RuntimeError):
+    """A worker process could not be started or did not become ready in time."""
+
+
+class _Init(msgspec.Struct, array_like=True):
+    sys_path: list[str]
+    warm: list[str]
+    preload: list[str]
+
+
+class _Call(msgspec.Struct, array_like=True):
+    name: str
+    params: dict[str, Any]
+    completion: str
+    ctx: VerifyContext
+
+
+class _Reply(msgspec.Struct, array_like=True, omit_defaults=True):
+    verdict: Verdict | None = None
+    error: str = ""  # "Type: message" of an exception raised by the verifier
+    recycle: bool = False  # the worker should be replaced (MemoryError)
+
+
+_encoder = msgspec.msgpack.Encoder()
+_reply_decoder = msgspec.msgpack.Decoder(_Reply)
+
+
+def _frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+# ---------------------------------------------------------------- worker side
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the pool's process dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _read_exactly(f, n: int) -> bytes | None:
+    data = f.read(n)
+    return data if len(data) == n else None
+
+
+def worker_main() -> None:
+    """Entry point of a worker process (``python -c``); serves calls until EOF."""
+    _die_with_parent()
+    rfile = open(os.dup(0), "rb")
+    wfile = open(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+
+    def send(payload: bytes) -> None:
+        wfile.write(_frame(payload))
+        wfile.flush()
+
+    def receive() -> bytes | None:
+        head = _read_exactly(rfile, 4)
+        return None if head is None else _read_exactly(rfile, int.from_bytes(head, "big"))
+
+    raw = receive()
+    if raw is None:
+        return
+    init = msgspec.msgpack.decode(raw, type=_Init)
+    sys.path[:] = init.sys_path
+    problems = []
+    for module in init.preload:
+        try:
+            __import__(module)
+        except Exception as e:  # noqa: BLE001 - reported, the worker still serves
+            problems.append(f"preload of {module!r} failed: {type(e).__name__}: {e}")
+    problems += warm_up(init.warm)
+    for problem in problems:
+        print(f"rlvr verifier worker {os.getpid()}: {problem}", file=sys.stderr, flush=True)
+    send(b"READY")
+
+    decoder = msgspec.msgpack.Decoder(_Call)
+    while (raw := receive()) is not None:
+        call = decoder.decode(raw)
+        try:
+            bound = resolve(VerifierSpec(name=call.name, params=call.params))
+            reply = _Reply(verdict=bound(call.completion, call.ctx))
+        except MemoryError:
+            reply = _Reply(error="MemoryError: out of memory", recycle=True)
+        except Exception as e:  # noqa: BLE001 - a verifier fault is a sandbox_error verdict
+            reply = _Reply(error=f"{type(e).__name__}: {e}"[:2000])
+        send(_encoder.encode(reply))
+
+
+_WORKER_COMMAND = "from rlvr.verify.pool import worker_main; worker_main()"
+
+
+# ---------------------------------------------------------------- pool side
+
+
+class _Worker:
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.stdin = process.stdin
+        self.stdout = BufferedByteReceiveStream(process.stdout)
+        self.calls = 0
+
+    async def request(self, payload: bytes) -> bytes:
+        await self.stdin.send(_frame(payload))
+        head = await self.stdout.receive_exactly(4)
+        return await self.stdout.receive_exactly(int.from_bytes(head, "big"))
+
+    def kill(self) -> None:
+        # The worker leads its own session: kill everything it started too.
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def close(self) -> None:
+        self.kill()
+        with anyio.CancelScope(shield=True):
+            await self.process.aclose()
+
+    async def death_cause(self) -> str:
+        with anyio.move_on_after(2, shield=True):
+            code = await self.process.wait()
+            if code < 0:
+                return f"worker killed by {signal.Signals(-code).name}"
+            return f"worker exited with code {code}"
+        return "worker stopped answering"
+
+
+_IO_ERRORS = (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+
+
+class VerifierPool:
+    """``size`` worker processes running verifications under a hard timeout.
+
+    Use as ``async with VerifierPool(2, timeout_s=30) as pool: v = await
+    pool.verify(spec, text, ctx)``. Entering starts every worker and waits
+    until each is warm (``warm`` names verifiers whose warm-up runs in each
+    worker, e.g. ``("math",)`` imports sympy); leaving kills them all.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        timeout_s: float,
+        timeout_reward: float = 0.0,
+        *,
+        error_reward: float = 0.0,
+        warm: tuple[str, ...] = ("math",),
+        preload: tuple[str, ...] = (),
+        start_timeout_s: float = 120.0,
+        max_tasks_per_worker: int = 0,
+        latency_window: int = 4096,
+    ) -> None:
+        if size < 1 or timeout_s <= 0:
+            raise ValueError("VerifierPool needs size >= 1 and timeout_s > 0")
+        self.size = size
+        self.timeout_s = timeout_s
+        self.timeout_reward = timeout_reward
+        self.error_reward = error_reward
+        self._init = _encoder.encode(_Init(sys_path=list(sys.path), warm=list(warm), preload=list(preload)))
+        self._warm = tuple(warm)
+        self._start_timeout_s = start_timeout_s
+        self._max_tasks = max_tasks_per_worker
+        self._latencies: deque[float] = deque(maxlen=latency_window)
+        self._outcomes: Counter[str] = Counter()
+        self._alive: set[_Worker] = set()
+        self._busy = 0
+        self._waiting = 0
+        self._restarts = 0
+        self._full = anyio.Event()
+        self._tg: TaskGroup | None = None
+        self._idle_send, self._idle_recv = anyio.create_memory_object_stream[_Worker](size)
+
+    @classmethod
+    def from_config(cls, cfg: VerifyConfig) -> VerifierPool:
+        return cls(
+            cfg.pool_size,
+            cfg.timeout_s,
+            cfg.timeout_reward,
+            error_reward=cfg.error_reward,
+            warm=cfg.warm_verifiers,
+            start_timeout_s=cfg.worker_start_timeout_s,
+            max_tasks_per_worker=cfg.max_tasks_per_worker,
+        )
+
+    # -- lifecycle
+
+    async def __aenter__(self) -> VerifierPool:
+        # ``verify`` resolves specs in this process, which imports the
+        # verifier's module (sympy for math): do that once now, in a thread,
+        # rather than in the event loop on the first message.
+        await anyio.to_thread.run_sync(_load_quietly, self._warm)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(self.size):
+                    tg.start_soon(self._add_worker)
+        except BaseException as e:
+            await self.__aexit__(None, None, None)
+            if isinstance(e, BaseExceptionGroup) and e.subgroup(WorkerStartError) is not None:
+                raise _first_leaf(e) from None
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        assert self._tg is not None
+        # Only background chores (closing, replacing workers) run in the task
+        # group; cancel them. The body's own exception propagates unwrapped.
+        self._tg.cancel_scope.cancel()
+        try:
+            await self._tg.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for worker in list(self._alive):
+                    await worker.close()
+                self._alive.clear()
+            # A verify() after exit fails (ClosedResourceError) instead of waiting forever.
+            self._idle_send.close()
+            self._idle_recv.close()
+
+    async def _spawn(self) -> _Worker:
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        try:
+            process = await anyio.open_process(
+                [sys.executable, "-c", _WORKER_COMMAND],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as e:  # fork/exec failed (EAGAIN, ENOMEM...)
+            raise WorkerStartError(f"cannot start a worker process: {e}") from e
+        worker = _Worker(process)
+        try:
+            with anyio.fail_after(self._start_timeout_s):
+                ready = await worker.request(self._init)
+            if ready != b"READY":
+                raise WorkerStartError(f"worker answered {ready[:40]!r} instead of READY")
+        except TimeoutError:
+            await worker.close()
+            raise WorkerStartError(f"worker not ready within {self._start_timeout_s}s") from None
+        except _IO_ERRORS as e:
+            cause = await worker.death_cause()
+            await worker.close()
+            raise WorkerStartError(f"worker failed to start: {cause}") from e
+        except BaseException:
+            await worker.close()
+            raise
+        return worker
+
+    async def _add_worker(self) -> None:
+        worker = await self._spawn()
+        self._alive.add(worker)
+        if len(self._alive) == self.size:
+            self._full.set()
+        self._idle_send.send_nowait(worker)
+
+    async def _replace_forever(self) -> None:
+        """Start a replacement worker, retrying with back-off until one starts."""
+        delay = 0.5
+        while True:
+            try:
+                await self._add_worker()
+                return
+            except WorkerStartError as e:
+                print(f"rlvr verifier pool: {e}; retrying in {delay:.1f}s", file=sys.stderr, flush=True)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _discard(self, worker: _Worker) -> None:
+        """Kill ``worker`` now; close it and start its replacement in the background."""
+        worker.kill()
+        self._alive.discard(worker)
+        if self._full.is_set():
+            self._full = anyio.Event()
+        self._restarts += 1
+        assert self._tg is not None
+        self._tg.start_soon(worker.close)
+        self._tg.start_soon(self._replace_forever)
+
+    async def wait_full(self) -> None:
+        """Return once every one of the ``size`` workers is alive and ready."""
+        while len(self._alive) < self.size:
+            await self._full.wait()
+
+    # -- verification
+
+    async def verify(self, spec: VerifierSpec, completion: str, ctx: VerifyContext | None = None) -> Verdict:
+        """Verify ``completion`` against ``spec`` in a worker process.
+
+        Raises ``VerifierSpecError`` (before dispatch) for an unknown verifier
+        or bad params. Timeouts and crashes come back as verdicts.
+        """
+        resolve(spec)
+        ctx = msgspec.structs.replace(ctx or VerifyContext(), budget_s=self.timeout_s)
+        payload = _encoder.encode(_Call(spec.name, dict(spec.params), completion, ctx))
+        self._waiting += 1
+        try:
+            worker = await self._idle_recv.receive()
+        finally:
+            self._waiting -= 1
+        self._busy += 1
+        started = anyio.current_time()
+        keep = False
+        try:
+            with anyio.move_on_after(self.timeout_s) as scope:
+                try:
+                    raw = await worker.request(payload)
+                except _IO_ERRORS:
+                    raw = None
+            elapsed = anyio.current_time() - started
+            if scope.cancelled_caught:
+                verdict = Verdict(
+                    reward=self.timeout_reward,
+                    outcome="timeout",
+                    verifier=spec.name,
+                    latency_s=elapsed,
+                    detail=f"no verdict within {self.timeout_s}s; worker killed",
+                )
+            elif raw is None:
+                verdict = self._error(spec.name, elapsed, await worker.death_cause())
+            else:
+                reply = _reply_decoder.decode(raw)
+                worker.calls += 1
+                keep = not reply.recycle and not (self._max_tasks and worker.calls >= self._max_tasks)
+                if reply.verdict is None:
+                    verdict = self._error(spec.name, elapsed, f"verifier raised {reply.error}")
+                else:
+                    verdict = msgspec.structs.replace(reply.verdict, verifier=spec.name, latency_s=elapsed)
+        finally:
+            # Whatever happened (also our own cancellation mid-call) a worker
+            # that did not answer cleanly is in an unknown state: replace it.
+            self._busy -= 1
+            if keep:
+                self._idle_send.send_nowait(worker)
+            else:
+                self._discard(worker)
+        self._outcomes[verdict.outcome] += 1
+        self._latencies.append(elapsed)
+        return verdict
+
+    def _error(self, name: str, elapsed: float, detail: str) -> Verdict:
+        return Verdict(
+            reward=self.error_reward, outcome="sandbox_error", verifier=name, latency_s=elapsed, detail=detail
+        )
+
+    # -- metrics
+
+    def stats(self) -> dict[str, float]:
+        """Counters and gauges for the heartbeat (all floats)."""
+        lat = sorted(self._latencies)
+        out: dict[str, float] = {
+            "pool_size": float(self.size),
+            "workers_alive": float(len(self._alive)),
+            "workers_busy": float(self._busy),
+            "waiting": float(self._waiting),
+            "worker_restarts": float(self._restarts),
+            "verified": float(sum(self._outcomes.values())),
+            "latency_p50_s": _quantile(lat, 0.50),
+            "latency_p99_s": _quantile(lat, 0.99),
+        }
+        for outcome in OUTCOMES:
+            out[f"outcome_{outcome}"] = float(self._outcomes[outcome])
+        return out
+
+
+def _load_quietly(names: tuple[str, ...]) -> None:
+    for name in names:
+        try:
+            get(name)
+        except Exception:  # noqa: BLE001 - the workers report warm-up problems
+            pass
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank quantile; 0.0 for no data."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+__all__ = ["OUTCOMES", "VerifierPool", "WorkerStartError", "worker_main"]

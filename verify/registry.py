@@ -1,0 +1,281 @@
+"""The verifier registry: a name in a task's ``VerifierSpec`` -> a typed, pure function.
+
+A verifier is a ``Verifier``: a name, a msgspec params Struct and a pure
+synchronous function ``fn(completion, params, ctx) -> Verdict``. ``resolve``
+turns a wire ``VerifierSpec`` into a ``BoundVerifier`` (typed params, checked
+once) or raises ``VerifierSpecError`` naming the unknown verifier or the bad
+parameter; the actor dead-letters the message with that reason.
+
+Names are looked up in three places, in order:
+- verifiers registered in this process with ``register`` (tests, plugins);
+- the built-ins (exact, regex, format, composite, math, code), imported
+  lazily so that resolving ``exact`` never imports sympy;
+- an import path ``"package.module:ATTR"`` naming a module-level ``Verifier``
+  object. Worker processes find test-only or plug-in verifiers this way,
+  without anyone registering them in the worker. Only ``Verifier`` objects are
+  accepted, so a spec cannot call an arbitrary function.
+
+This module does not run anything in another process or under a timeout:
+that is ``rlvr.verify.pool``. Calling a ``BoundVerifier`` runs it right here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+from msgspec import Struct
+
+from rlvr.protocol.samples import Sample, Verdict
+from rlvr.protocol.tasks import VerifierSpec
+from rlvr.verify.config import SandboxConfig
+
+P = TypeVar("P", bound=Struct)
+
+
+class VerifierSpecError(ValueError):
+    """A spec that names no known verifier or carries bad parameters.
+
+    Its message is the dead letter's reason, e.g. ``unknown verifier 'mth'
+    (known: code, composite, exact, format, math, regex)``.
+    """
+
+
+class VerifierUnavailableError(RuntimeError):
+    """A built-in verifier whose module cannot be imported on this machine
+    (a deployment fault, not a bad task: the message should be retried)."""
+
+
+class VerifyContext(Struct, frozen=True, omit_defaults=True):
+    """What a verifier may know besides the completion text and its params."""
+
+    # Tokens in the completion (overlong shaping counts these, not characters).
+    completion_tokens: int | None = None
+    # Why generation stopped: "stop", "length", "abort" or "rejected".
+    finish_reason: str | None = None
+    # The sampling max_tokens the completion was generated under.
+    max_tokens: int | None = None
+    # Sandbox for code verifiers (backend, docker image, limits) from VerifyConfig.
+    sandbox: SandboxConfig = SandboxConfig()
+    # Wall-clock seconds the pool allows this verification (set by the pool),
+    # so a verifier with its own deadlines (the code sandbox) can stay inside it.
+    budget_s: float | None = None
+
+
+def context_for_sample(sample: Sample, sandbox: SandboxConfig | None = None) -> VerifyContext:
+    """The context of one generated sample."""
+    return VerifyContext(
+        completion_tokens=len(sample.completion.ids),
+        finish_reason=sample.finish_reason,
+        max_tokens=sample.sampling.max_tokens,
+        sandbox=sandbox if sandbox is not None else SandboxConfig(),
+    )
+
+
+@dataclass(frozen=True)
+class Verifier(Generic[P]):
+    """A named, typed verification function.
+
+    ``check`` runs at resolve time for constraints a Struct cannot state
+    (a regex that compiles, composite parts that resolve); it raises
+    ``ValueError`` with the reason. ``warmup`` is called once in each worker
+    process at start so the first real verification pays no import.
+    """
+
+    name: str
+    params: type[P]
+    fn: Callable[[str, P, VerifyContext], Verdict]
+    check: Callable[[P], None] | None = None
+    warmup: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
+class BoundVerifier:
+    """A verifier with converted, checked parameters, ready to call."""
+
+    name: str  # the name as the spec gave it; every Verdict carries it
+    verifier: Verifier
+    params: Struct
+    raw_params: dict[str, Any]
+
+    @property
+    def spec(self) -> VerifierSpec:
+        return VerifierSpec(name=self.name, params=self.raw_params)
+
+    def __call__(self, completion: str, ctx: VerifyContext | None = None) -> Verdict:
+        """Run the verifier in this process (the pool's workers call this)."""
+        verdict = self.verifier.fn(completion, self.params, ctx or VerifyContext())
+        if verdict.verifier != self.name:
+            verdict = msgspec.structs.replace(verdict, verifier=self.name)
+        return verdict
+
+
+_registered: dict[str, Verifier] = {}
+_loaded: dict[str, Verifier] = {}
+
+
+def _load_exact() -> Verifier:
+    from rlvr.verify.simple import EXACT
+
+    return EXACT
+
+
+def _load_regex() -> Verifier:
+    from rlvr.verify.simple import REGEX
+
+    return REGEX
+
+
+def _load_format() -> Verifier:
+    from rlvr.verify.format import FORMAT
+
+    return FORMAT
+
+
+def _load_composite() -> Verifier:
+    from rlvr.verify.composite import COMPOSITE
+
+    return COMPOSITE
+
+
+def _load_math() -> Verifier:
+    from rlvr.verify.math import MathParams, score_math
+
+    def fn(completion: str, params: MathParams, ctx: VerifyContext) -> Verdict:
+        return score_math(completion, params)
+
+    def warmup() -> None:
+        # Imports sympy / the LaTeX parser and fills their caches.
+        score_math("so the answer is \\boxed{\\frac{1}{2}}", MathParams(gold="0.5"))
+
+    return Verifier("math", MathParams, fn, warmup=warmup)
+
+
+_sandboxes: dict[tuple, Any] = {}  # one sandbox per worker process and setting
+
+
+def _load_code() -> Verifier:
+    from rlvr.verify.code import CodeParams, score_code
+    from rlvr.verify.sandbox import SandboxLimits, make_sandbox
+
+    def fn(completion: str, params: CodeParams, ctx: VerifyContext) -> Verdict:
+        box = ctx.sandbox
+        key = (box.backend, box.docker_image)
+        if key not in _sandboxes:  # built once per worker process, reused across calls
+            opts = {"image": box.docker_image} if box.backend == "docker" else {}
+            _sandboxes[key] = make_sandbox(box.backend, **opts)
+        limits = msgspec.convert(msgspec.to_builtins(box.limits), SandboxLimits)
+        return score_code(completion, params, _sandboxes[key], limits)
+
+    return Verifier("code", CodeParams, fn)
+
+
+_BUILTINS: dict[str, Callable[[], Verifier]] = {
+    "code": _load_code,
+    "composite": _load_composite,
+    "exact": _load_exact,
+    "format": _load_format,
+    "math": _load_math,
+    "regex": _load_regex,
+}
+
+
+def register(verifier: Verifier) -> Verifier:
+    """Register ``verifier`` in this process under ``verifier.name``.
+
+    It is visible to this process only: a worker process finds it only if the
+    registering module is imported there (``VerifierPool(preload=...)``);
+    an import-path name needs no registration at all.
+    """
+    if verifier.name in _BUILTINS or ":" in verifier.name:
+        raise ValueError(f"verifier name {verifier.name!r} is reserved")
+    _registered[verifier.name] = verifier
+    return verifier
+
+
+def known() -> list[str]:
+    """Names a spec may use (besides import paths)."""
+    return sorted({*_BUILTINS, *_registered})
+
+
+def get(name: str) -> Verifier:
+    """The verifier called ``name``; raises ``VerifierSpecError`` if there is none."""
+    if name in _registered:
+        return _registered[name]
+    if name in _loaded:
+        return _loaded[name]
+    if name in _BUILTINS:
+        try:
+            verifier = _BUILTINS[name]()
+        except ImportError as e:
+            raise VerifierUnavailableError(f"verifier {name!r} is unavailable here: {e}") from e
+    elif ":" in name:
+        verifier = _import_verifier(name)
+    else:
+        raise VerifierSpecError(f"unknown verifier {name!r} (known: {', '.join(known())})")
+    _loaded[name] = verifier
+    return verifier
+
+
+def _import_verifier(path: str) -> Verifier:
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise VerifierSpecError(f"unknown verifier {path!r} (cannot import {module_name!r}: {e})") from None
+    obj = getattr(module, attr, None)
+    if not isinstance(obj, Verifier):
+        raise VerifierSpecError(f"unknown verifier {path!r} (not a Verifier object)")
+    return obj
+
+
+def resolve(spec: VerifierSpec) -> BoundVerifier:
+    """Bind ``spec`` to its verifier with typed, checked parameters.
+
+    Raises ``VerifierSpecError`` (a ValueError) whose message names the
+    unknown verifier or the bad parameter, and ``VerifierUnavailableError``
+    when a built-in's module is missing on this machine.
+    """
+    verifier = get(spec.name)
+    try:
+        params = msgspec.convert(spec.params, verifier.params)
+    except msgspec.ValidationError as e:
+        raise VerifierSpecError(f"bad params for {spec.name!r}: {e}") from None
+    if verifier.check is not None:
+        try:
+            verifier.check(params)
+        except ValueError as e:
+            raise VerifierSpecError(f"bad params for {spec.name!r}: {e}") from None
+    return BoundVerifier(name=spec.name, verifier=verifier, params=params, raw_params=dict(spec.params))
+
+
+def warm_up(names: tuple[str, ...] | list[str]) -> list[str]:
+    """Load and warm the named verifiers in this process; returns the
+    problems met (a missing module is reported, not raised)."""
+    problems = []
+    for name in names:
+        try:
+            verifier = get(name)
+            if verifier.warmup is not None:
+                verifier.warmup()
+        except Exception as e:  # noqa: BLE001 - warm-up is best effort, reported
+            problems.append(f"warm-up of {name!r} failed: {type(e).__name__}: {e}")
+    return problems
+
+
+__all__ = [
+    "BoundVerifier",
+    "Verifier",
+    "VerifierSpecError",
+    "VerifierUnavailableError",
+    "VerifyContext",
+    "context_for_sample",
+    "get",
+    "known",
+    "register",
+    "resolve",
+    "warm_up",
+]
