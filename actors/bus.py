@@ -63,18 +63,21 @@ class Bus:
 
         while True:
             try:
-                nc = await nats.connect(
-                    servers=[u.strip() for u in nats_cfg.url.split(",")],
-                    name=f"rlvr-{names.run}-{replica}",
-                    connect_timeout=max(1, int(nats_cfg.connect_timeout_s)),
-                    reconnect_time_wait=nats_cfg.reconnect_wait_s,
-                    max_reconnect_attempts=nats_cfg.max_reconnect_attempts,
-                    allow_reconnect=True,
-                    error_cb=_on_error,
-                    disconnected_cb=_on_disconnect,
-                    reconnected_cb=_on_reconnect,
-                    closed_cb=on_closed,
-                )
+                # nats-py retries a failed first connect on its own schedule
+                # (max_reconnect_attempts x reconnect_wait); our deadline wins.
+                with anyio.fail_after(max(0.5, deadline - time.monotonic())):
+                    nc = await nats.connect(
+                        servers=[u.strip() for u in nats_cfg.url.split(",")],
+                        name=f"rlvr-{names.run}-{replica}",
+                        connect_timeout=max(1, int(nats_cfg.connect_timeout_s)),
+                        reconnect_time_wait=nats_cfg.reconnect_wait_s,
+                        max_reconnect_attempts=nats_cfg.max_reconnect_attempts,
+                        allow_reconnect=True,
+                        error_cb=_on_error,
+                        disconnected_cb=_on_disconnect,
+                        reconnected_cb=_on_reconnect,
+                        closed_cb=on_closed,
+                    )
                 holder.append(cls(nc, names, nats_cfg, bus_cfg, replica))
                 return holder[0]
             except Exception as e:  # nats raises several types for "no server"

@@ -203,10 +203,13 @@ class Consumer(Generic[T]):
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     await msg.nak()
                     self.stats.counters["naked"] += 1
+                    log.info("naked_on_stop", stream_seq=_seq(msg))
             self.stats.in_flight -= 1
             slots.release()
 
     def _fault_outcome(self, delivery: Delivery, e: Exception) -> Outcome:
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]  # a task group's wrapper says nothing; name the cause
         reason = f"{type(e).__name__}: {e}"
         if delivery.num_delivered >= self.cd.max_deliver:
             log.error("fault_final", error=reason, deliveries=delivery.num_delivered, exc_info=e)
@@ -231,3 +234,10 @@ class Consumer(Generic[T]):
         await self.bus.dead_letter(self.stage, msg, reason, error_type)
         await msg.term()
         self.stats.counters["dead_lettered"] += 1
+
+
+def _seq(msg: Msg) -> int | None:
+    try:
+        return msg.metadata.sequence.stream
+    except Exception:  # not a JetStream message
+        return None

@@ -293,7 +293,7 @@ class LearnerEngine:
         every = self.cfg.ref_update_every
         if self._ref is None or every is None or self._step == 0 or self._step % every:
             return
-        state = self._full_state_dict()  # collective under ZeRO-3
+        state = self.full_state_dict()  # collective under ZeRO-3
         if state is not None:
             self._ref.load_state_dict(with_tied_head(state), strict=False)
         # Other ranks' references are refreshed from rank 0's copy.
@@ -302,7 +302,7 @@ class LearnerEngine:
                 torch.distributed.broadcast(p.data, src=0)
 
     # ---- weights out ---------------------------------------------------
-    def _full_state_dict(self) -> dict[str, torch.Tensor] | None:
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The whole model's state dict on rank 0 (None elsewhere)."""
         if self.cfg.zero_stage == 3:
             # Plain state_dict() holds empty partitions under ZeRO-3.
@@ -313,7 +313,7 @@ class LearnerEngine:
         """Write the consolidated weights as safetensors (rank 0); returns
         (file name, sha256, bytes). ``lm_head.weight`` is always present.
         Call on every rank; ranks other than 0 get []."""
-        state = self._full_state_dict()
+        state = self.full_state_dict()
         if state is None:
             return []
         if self._tied:

@@ -28,7 +28,7 @@ from rlvr.actors.tracing import tracer
 from rlvr.protocol import Sample, Scored, Verdict, decode
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import VerifierPool
-from rlvr.verify.registry import VerifierSpecError, context_for_sample
+from rlvr.verify.registry import VerifierSpecError, context_for_sample, resolve
 
 log = get_logger("rlvr.verify")
 
@@ -68,15 +68,16 @@ class VerifyActor:
                 verdict = Verdict(0.0, "parse_error", sample.verifier.name, detail="prompt rejected by the rollout")
             else:
                 try:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(delivery.keep_alive, self.cfg.in_progress_every_s)
-                        verdict = await self.pool.verify(
-                            sample.verifier, sample.text, context_for_sample(sample, self.cfg.sandbox)
-                        )
-                        tg.cancel_scope.cancel()
+                    resolve(sample.verifier)  # a bad spec is dead-lettered, never retried
                 except VerifierSpecError as e:
                     self.outcomes["bad_spec"] += 1
                     return Term(str(e), "VerifierSpecError")
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(delivery.keep_alive, self.cfg.in_progress_every_s)
+                    verdict = await self.pool.verify(
+                        sample.verifier, sample.text, context_for_sample(sample, self.cfg.sandbox)
+                    )
+                    tg.cancel_scope.cancel()
             span.set_attribute("rlvr.outcome", verdict.outcome)
             span.set_attribute("rlvr.reward", verdict.reward)
             scored = Scored(sample=sample, verdict=verdict, replica=self.ctx.replica)

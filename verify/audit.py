@@ -59,7 +59,7 @@ class AuditRow(Struct, frozen=True, omit_defaults=True):
 class AuditSummary(Struct, frozen=True):
     verifier: str
     cases: int
-    elapsed_s: float
+    elapsed_s: float  # verifying only; starting the worker pool is not counted
     cases_per_s: float
     outcomes: dict[str, int]
     latency_p50_ms: float
@@ -105,7 +105,8 @@ def case_spec(verifier: str, case: AuditCase, params: dict[str, Any] | None) -> 
     return VerifierSpec(name=verifier, params=merged)
 
 
-async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase], params) -> list[AuditRow]:
+async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase], params) -> tuple[list[AuditRow], float]:
+    """The rows in input order, and the seconds spent verifying (pool start-up excluded)."""
     from rlvr.verify.pool import VerifierPool
 
     rows: list[AuditRow | None] = [None] * len(cases)
@@ -124,10 +125,12 @@ async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase],
         # Twice the pool size in flight keeps every worker busy without
         # queueing the whole file in memory at once.
         limit = anyio.Semaphore(2 * pool.size)
+        started = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for i, case in enumerate(cases):
                 tg.start_soon(one, i, case, pool, limit)
-    return [r for r in rows if r is not None]
+        elapsed = time.perf_counter() - started
+    return [r for r in rows if r is not None], elapsed
 
 
 def summarise(verifier: str, cases: list[AuditCase], rows: list[AuditRow], elapsed_s: float) -> AuditSummary:
@@ -182,9 +185,7 @@ def run_audit(
     get(verifier)  # an unknown verifier fails here, not once per case
     cases = read_cases(Path(input_path))
     pool_args = {"size": pool_size, "timeout_s": timeout_s}
-    started = time.perf_counter()
-    rows = anyio.run(_run, pool_args, verifier, cases, params)
-    elapsed = time.perf_counter() - started
+    rows, elapsed = anyio.run(_run, pool_args, verifier, cases, params)
     encoder = msgspec.json.Encoder()
     with open(output_path, "wb") as f:
         for row in rows:

@@ -171,9 +171,15 @@ class _Worker:
         except (ProcessLookupError, PermissionError):
             pass
 
-    async def close(self) -> None:
-        self.kill()
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Stop the worker: EOF first (it exits, running its atexit clean-up,
+        e.g. a sandbox's temporary directory) if ``grace_s``; then SIGKILL."""
         with anyio.CancelScope(shield=True):
+            if grace_s > 0:
+                with anyio.move_on_after(grace_s):
+                    await self.stdin.aclose()
+                    await self.process.wait()
+            self.kill()
             await self.process.aclose()
 
     async def death_cause(self) -> str:
@@ -271,8 +277,9 @@ class VerifierPool:
             await self._tg.__aexit__(None, None, None)
         finally:
             with anyio.CancelScope(shield=True):
-                for worker in list(self._alive):
-                    await worker.close()
+                async with anyio.create_task_group() as tg:
+                    for worker in self._alive:
+                        tg.start_soon(worker.close, 2.0)
                 self._alive.clear()
             # A verify() after exit fails (ClosedResourceError) instead of waiting forever.
             self._idle_send.close()
@@ -382,7 +389,10 @@ class VerifierPool:
             elif raw is None:
                 verdict = self._error(spec.name, elapsed, await worker.death_cause())
             else:
-                reply = _reply_decoder.decode(raw)
+                try:
+                    reply = _reply_decoder.decode(raw)
+                except msgspec.ValidationError as e:  # e.g. an outcome outside the Literal
+                    reply = _Reply(error=f"an invalid Verdict: {e}")
                 worker.calls += 1
                 keep = not reply.recycle and not (self._max_tasks and worker.calls >= self._max_tasks)
                 if reply.verdict is None:

@@ -21,6 +21,7 @@ that is ``rlvr.verify.pool``. Calling a ``BoundVerifier`` runs it right here.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,6 +168,7 @@ def _load_code() -> Verifier:
         if key not in _sandboxes:  # built once per worker process, reused across calls
             opts = {"image": box.docker_image} if box.backend == "docker" else {}
             _sandboxes[key] = make_sandbox(box.backend, **opts)
+            atexit.register(_sandboxes[key].close)  # a worker told to stop exits cleanly
         limits = msgspec.convert(msgspec.to_builtins(box.limits), SandboxLimits)
         return score_code(completion, params, _sandboxes[key], limits)
 

@@ -224,7 +224,7 @@ def test_timeout_kills_the_workers_children_too(tmp_path):
                 await anyio.sleep(0.01)
         return v
 
-    assert run_with_pool(body, timeout_s=1.5).outcome == "timeout"
+    assert run_with_pool(body, timeout_s=2.0).outcome == "timeout"
 
 
 def test_exit_kills_every_worker_and_context_reaches_the_verifier():
@@ -289,3 +289,12 @@ def test_math_runs_through_a_warm_pool():
     right, wrong = anyio.run(main)
     assert (right.outcome, right.reward) == ("ok", 1.0)
     assert (wrong.outcome, wrong.reward) == ("wrong", 0.0)
+
+
+def test_code_entry_is_wired_to_the_code_verifier():
+    code = pytest.importorskip("rlvr.verify.code", reason="rlvr.verify.code not written yet (another engineer)")
+    from rlvr.verify.registry import get, resolve
+
+    assert get("code").params is code.CodeParams
+    with pytest.raises(VerifierSpecError, match=r"bad params for 'code': Object missing required field `tests`"):
+        resolve(VerifierSpec(name="code", params={}))

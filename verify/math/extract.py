@@ -20,6 +20,8 @@ Strictness = Literal["boxed", "answer", "last_number"]
 
 _BOX_WORDS = ("\\boxed", "\\fbox")
 _MAX_BOX_RUN = 8  # how many adjacent boxes may be joined into one list
+_MAX_BOX_TRIES = 16  # boxes looked at, from the end: keeps the scan linear
+_MAX_SCAN = 20_000  # chars one brace group may span; longer is absurd anyway
 _JOINER = re.compile(r"^[\s$,;]*(?:(?:and|or|\\text\{\s*(?:and|or)\s*\}|\\quad|\\,)[\s$,;]*)?$")
 _ANSWER_IS = re.compile(
     r"(?:final answer|the answer|answer)\s*(?:\*\*)?\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*",
@@ -35,7 +37,7 @@ def _balanced(text: str, open_at: int) -> int | None:
     """
     depth = 0
     i = open_at
-    n = len(text)
+    n = min(len(text), open_at + _MAX_SCAN)
     while i < n:
         c = text[i]
         if c == "\\":
@@ -63,6 +65,8 @@ def _box_at(text: str, start: int, word: str) -> tuple[str, int] | None:
     if text[i] == "{":
         end = _balanced(text, i)
         if end is None:
+            if len(text) - i > _MAX_SCAN:  # give the scorer an over-long answer to refuse
+                return text[i + 1 : i + 1 + _MAX_SCAN], len(text)
             return None
         return text[i + 1 : end - 1], end
     m = re.match(r"[^\s$]+", text[i : i + 200])  # \boxed 5
@@ -85,7 +89,9 @@ def extract_boxed(text: str) -> str | None:
     start = _box_starts(text, len(text))
     found: list[str] = []
     boundary = len(text)
-    while start >= 0 and len(found) < _MAX_BOX_RUN:
+    tries = 0
+    while start >= 0 and len(found) < _MAX_BOX_RUN and tries < _MAX_BOX_TRIES:
+        tries += 1
         word = "\\fbox" if text.startswith("\\fbox", start) else "\\boxed"
         box = _box_at(text, start, word)
         if box is not None:

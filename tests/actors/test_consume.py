@@ -1,0 +1,125 @@
+"""The consume loop's outcomes, in-process against a real nats-server."""
+
+from __future__ import annotations
+
+import anyio
+
+from rlvr.actors.bus import Bus
+from rlvr.actors.config import BusConfig, NatsConfig
+from rlvr.actors.consume import Consumer, Nak
+from rlvr.protocol import DeadLetter, RunNames, Sample, decode
+from tests.busclient import BusClient
+from tests.factories import make_sample
+
+RUN = "ct"
+
+
+async def _bus(url: str, **bus) -> Bus:
+    cfg = BusConfig(**{"ack_wait_s": 5.0, "nak_delay_s": 0.05, "fetch_timeout_s": 0.2, "max_deliver": 3, **bus})
+    b = await Bus.connect(NatsConfig(url=url), cfg, RunNames(RUN), "test")
+    await b.ensure_topology()
+    return b
+
+
+def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliver(nats_server):
+    deliveries: list[int] = []
+
+    async def main():
+        bus = await _bus(nats_server.url)
+        done = anyio.Event()
+
+        async def handle(sample: Sample, delivery) -> None:
+            deliveries.append(delivery.num_delivered)
+            if delivery.num_delivered == 3:
+                done.set()
+            raise RuntimeError("backend unavailable")
+
+        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify",
+                            decode=lambda d: decode(d, Sample), handle=handle, concurrency=2)
+        await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(30):
+                await done.wait()
+                while consumer.stats.counters["dead_lettered"] < 1:
+                    await anyio.sleep(0.02)
+            stop.set()
+        await bus.close()
+        return consumer.stats.counters
+
+    counters = anyio.run(main)
+    assert deliveries == [1, 2, 3]
+    assert counters["dead_lettered"] == 1 and counters["faults"] == 3 and counters["naked"] == 2
+    dead = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
+    assert len(dead) == 1 and "max_deliver (3) reached" in dead[0].reason and "backend unavailable" in dead[0].reason
+    assert dead[0].error_type == "RuntimeError" and dead[0].delivery_count == 3
+
+
+def test_nak_with_delay_redelivers_and_ack_removes(nats_server):
+    seen: list[int] = []
+
+    async def main():
+        bus = await _bus(nats_server.url)
+        done = anyio.Event()
+
+        async def handle(sample: Sample, delivery):
+            seen.append(delivery.num_delivered)
+            if delivery.num_delivered == 1:
+                return Nak(0.1, "not yet")
+            done.set()
+            return None  # ack
+
+        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify",
+                            decode=lambda d: decode(d, Sample), handle=handle, concurrency=1)
+        await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(30):
+                await done.wait()
+            stop.set()
+        await bus.close()
+
+    anyio.run(main)
+    assert seen == [1, 2]
+    assert BusClient(nats_server.url, RUN).stream_count("ROLLOUTS") == 0
+
+
+def test_concurrency_bound_is_respected(nats_server):
+    peak = 0
+
+    async def main():
+        nonlocal peak
+        bus = await _bus(nats_server.url)
+        active = 0
+        finished = 0
+        all_done = anyio.Event()
+        release = anyio.Event()
+
+        async def handle(sample: Sample, delivery):
+            nonlocal active, finished, peak
+            active += 1
+            peak = max(peak, active)
+            if peak == 3:
+                release.set()
+            await release.wait()
+            active -= 1
+            finished += 1
+            if finished == 12:
+                all_done.set()
+
+        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify",
+                            decode=lambda d: decode(d, Sample), handle=handle, concurrency=3)
+        for k in range(12):
+            await bus.publish(bus.names.rollouts, make_sample(RUN, k=k), msg_id=f"m{k}")
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(30):
+                await all_done.wait()
+            stop.set()
+        await bus.close()
+
+    anyio.run(main)
+    assert peak == 3

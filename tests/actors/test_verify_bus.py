@@ -1,0 +1,119 @@
+"""The verifier role on a real nats-server: dead letters, shared work, redelivery, drain."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from rlvr.protocol import DeadLetter, Scored, VerifierSpec
+from tests.busclient import BusClient
+from tests.conftest import wait_for, write_config
+from tests.factories import make_sample
+
+RUN = "vt"
+
+
+def _config(tmp_path, ack_wait_s: float = 3.0, **verify):
+    return write_config(
+        tmp_path / "verify.json",
+        {
+            "run": RUN,
+            "bus": {"ack_wait_s": ack_wait_s, "nak_delay_s": 0.1, "heartbeat_every_s": 0.5, "drain_timeout_s": 4.0},
+            "verify": {"pool_size": 1, "warm_verifiers": [], "concurrency": 4, **verify},
+        },
+    )
+
+
+def _running(bus: BusClient, replica: str):
+    return bus.wait_heartbeat(lambda hb: hb.replica == replica and hb.state == "running")
+
+
+def test_malformed_and_wrong_schema_messages_are_dead_lettered_and_the_verifier_goes_on(actors, nats_server, tmp_path):
+    bus = BusClient(nats_server.url, RUN)
+    actors.start("verify", _config(tmp_path), "verify-0")
+    _running(bus, "verify-0")
+    bus.publish(bus.names.rollouts, b"\xc1 definitely not msgpack", msg_id="junk-1")
+    bus.publish(bus.names.rollouts, b"\x81\xa4type\xa4task", msg_id="junk-2")  # {"type": "task"}
+    bus.publish(bus.names.rollouts, make_sample(RUN, k=1, verifier=VerifierSpec("no-such-verifier")), msg_id="bad-spec")
+    bus.publish(bus.names.rollouts, make_sample(RUN, k=2, text="5", gold="5"), msg_id="good")
+
+    scored = wait_for(lambda: bus.decoded("SCORED", Scored), what="the valid sample scored")
+    assert [s.sample_id for s in scored] == [f"{RUN}-t2/0"] and scored[0].verdict.reward == 1.0
+    dead = wait_for(lambda: (d := bus.decoded("DEAD", DeadLetter)) and len(d) == 3 and d, what="3 dead letters")
+    reasons = {d.headers.get("Nats-Msg-Id"): d for d in dead}
+    assert reasons["junk-1"].error_type == "MessageDecodeError:malformed" and "msgpack" in reasons["junk-1"].reason
+    assert reasons["junk-2"].error_type == "MessageDecodeError:schema"
+    assert reasons["bad-spec"].error_type == "VerifierSpecError" and "no-such-verifier" in reasons["bad-spec"].reason
+    assert reasons["junk-1"].data == b"\xc1 definitely not msgpack"  # the raw bytes are kept
+    assert actors.procs["verify-0"].poll() is None  # still running
+
+
+def test_two_replicas_share_the_work_and_score_each_sample_once(actors, nats_server, tmp_path):
+    bus = BusClient(nats_server.url, RUN)
+    cfg = _config(tmp_path)
+    actors.start("verify", cfg, "verify-a")
+    actors.start("verify", cfg, "verify-b")
+    _running(bus, "verify-a")
+    _running(bus, "verify-b")
+    n = 60
+    for k in range(n):
+        bus.publish(bus.names.rollouts, make_sample(RUN, k=k, text=str(k % 3), gold="1"), msg_id=f"{RUN}-t{k}/0")
+    scored = wait_for(lambda: (s := bus.decoded("SCORED", Scored)) and len(s) >= n and s, what=f"{n} scored")
+    ids = [s.sample_id for s in scored]
+    assert len(ids) == len(set(ids)) == n
+    by_replica = {s.replica for s in scored}
+    assert by_replica == {"verify-a", "verify-b"}
+    assert bus.stream_count("ROLLOUTS") == 0  # work queue: every message acked once
+
+
+def test_a_message_held_by_a_killed_replica_is_redelivered_and_scored_once(actors, nats_server, tmp_path):
+    bus = BusClient(nats_server.url, RUN)
+    cfg = _config(tmp_path)
+    gate = tmp_path / "open-the-gate"
+    actors.start("verify", cfg, "verify-a")
+    _running(bus, "verify-a")
+    spec = VerifierSpec("tests.verifier_fixtures:gate", {"path": str(gate), "gold": "5"})
+    bus.publish(bus.names.rollouts, make_sample(RUN, k=7, text="5", verifier=spec), msg_id=f"{RUN}-t7/0")
+    bus.wait_heartbeat(lambda hb: hb.replica == "verify-a" and hb.in_flight == 1)
+    actors.kill("verify-a", signal.SIGKILL)
+    actors.procs["verify-a"].wait()
+    gate.touch()
+    actors.start("verify", cfg, "verify-b")
+    scored = wait_for(lambda: bus.decoded("SCORED", Scored), timeout_s=60, what="redelivered sample scored")
+    assert len(scored) == 1 and scored[0].replica == "verify-b" and scored[0].verdict.reward == 1.0
+    info = wait_for(lambda: (c := bus.consumer("ROLLOUTS", "verify")) and c.num_ack_pending == 0 and c, what="acked")
+    assert info.num_redelivered >= 0 and bus.stream_count("ROLLOUTS") == 0
+
+
+def test_republished_scored_with_the_same_id_is_stored_once(nats_server, actors, tmp_path):
+    bus = BusClient(nats_server.url, RUN)
+    actors.start("verify", _config(tmp_path), "verify-0")
+    _running(bus, "verify-0")  # the actor created the streams
+    from tests.factories import make_scored
+
+    for _ in range(3):
+        bus.publish(bus.names.scored, make_scored(RUN, k=1), msg_id=f"{RUN}-t1/0")
+    assert bus.stream_count("SCORED") == 1
+
+
+def test_sigterm_exits_0_quickly_and_naks_the_message_in_hand(actors, nats_server, tmp_path):
+    bus = BusClient(nats_server.url, RUN)
+    gate = tmp_path / "opened-after-the-stop"
+    cfg = _config(tmp_path, ack_wait_s=120.0)  # a timeout-driven redelivery would take 2 minutes
+    actors.start("verify", cfg, "verify-0")
+    _running(bus, "verify-0")
+    spec = VerifierSpec("tests.verifier_fixtures:gate", {"path": str(gate), "gold": "5"})
+    bus.publish(bus.names.rollouts, make_sample(RUN, k=3, text="5", verifier=spec), msg_id=f"{RUN}-t3/0")
+    bus.wait_heartbeat(lambda hb: hb.replica == "verify-0" and hb.in_flight == 1)
+    t0 = time.monotonic()
+    actors.kill("verify-0", signal.SIGTERM)
+    assert actors.procs["verify-0"].wait(timeout=10) == 0
+    assert time.monotonic() - t0 < 10
+    # Nothing lost: still in ROLLOUTS, neither scored nor dead.
+    assert bus.stream_count("ROLLOUTS") == 1
+    assert bus.stream_count("SCORED") == 0 and bus.stream_count("DEAD") == 0
+    # It was nak'ed, so another replica gets it now, well before ack_wait.
+    gate.touch()
+    actors.start("verify", cfg, "verify-1")
+    scored = wait_for(lambda: bus.decoded("SCORED", Scored), timeout_s=60, what="the nak'ed sample scored")
+    assert [s.replica for s in scored] == ["verify-1"]

@@ -1,0 +1,95 @@
+"""Fixtures shared by every test: a real nats-server, real actor processes.
+
+``nats_server`` starts ``nats-server -js`` on a free port with a temporary
+store and stops it by PID. ``ActorProcs`` starts ``rlvr-actor --role ...``
+as real OS processes against it and always reaps them (SIGKILL by PID on
+teardown). Waiting is on conditions (a heartbeat, a stream count), each with
+a deadline, never on a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from rlvr.actors.natsserver import NatsServer  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    with NatsServer(tmp_path / "nats") as server:
+        yield server
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float = 30.0, what: str = "condition") -> object:
+    """Poll ``predicate`` until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def write_config(path: Path, cfg: dict) -> Path:
+    """Write a config dict as the JSON form `load_config` reads."""
+    path.write_bytes(msgspec.json.encode(cfg))
+    return path
+
+
+class ActorProcs:
+    def __init__(self, tmp_path: Path, nats_url: str) -> None:
+        self.tmp_path = tmp_path
+        self.nats_url = nats_url
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    def start(self, role: str, config: Path, replica: str, extra_env: dict | None = None) -> subprocess.Popen:
+        log = self.tmp_path / f"{replica}.log"
+        env = dict(os.environ, OMP_NUM_THREADS="1", RLVR_RUN_DIR=str(self.tmp_path), PYTHONUNBUFFERED="1")
+        # Test-only verifiers (tests.verifier_fixtures) must import in the actor.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env.update(extra_env or {})
+        with open(log, "ab") as f:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "rlvr.actors.cli", "--role", role, "--config", str(config),
+                 "--nats", self.nats_url, "--replica", replica],
+                stdout=f, stderr=subprocess.STDOUT, env=env, cwd=self.tmp_path, start_new_session=True,
+            )
+        self.procs[replica] = proc
+        self.logs[replica] = log
+        return proc
+
+    def log_text(self, replica: str) -> str:
+        return self.logs[replica].read_text(errors="replace")
+
+    def kill(self, replica: str, sig: int = signal.SIGKILL) -> None:
+        os.kill(self.procs[replica].pid, sig)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def actors(tmp_path: Path, nats_server: NatsServer) -> Iterator[ActorProcs]:
+    procs = ActorProcs(tmp_path, nats_server.url)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()

@@ -1,0 +1,32 @@
+"""Builders of valid wire messages for tests."""
+
+from __future__ import annotations
+
+import time
+
+from rlvr.protocol import Completion, Sample, SamplingParams, Scored, Task, Verdict, VerifierSpec
+
+
+def make_task(run: str = "t", k: int = 0, prompt: str = "2+3=", gold: str = "5", n: int = 4, **kw) -> Task:
+    return Task(
+        run=run, task_id=f"{run}-t{k}", dataset="arithmetic", index=k, prompt=prompt,
+        verifier=VerifierSpec("exact", {"gold": gold}), n=n, sampling=SamplingParams(max_tokens=8),
+        policy_version=0, created_at=time.time(), **kw,
+    )
+
+
+def make_sample(run: str = "t", k: int = 0, i: int = 0, text: str = "5", gold: str = "5", n: int = 4,
+                verifier: VerifierSpec | None = None, version: int = 0, **kw) -> Sample:
+    return Sample(
+        run=run, task_id=f"{run}-t{k}", sample_index=i, group_id=f"{run}-t{k}", group_size=n,
+        prompt_ids=[1, 2, 3], completion=Completion(ids=[5, 6], logprobs=[-0.1, -0.2]), text=text,
+        finish_reason="stop", policy_version=version, policy_version_max=version,
+        verifier=verifier or VerifierSpec("exact", {"gold": gold}), sampling=SamplingParams(max_tokens=8),
+        replica="test", **kw,
+    )
+
+
+def make_scored(run: str = "t", k: int = 0, i: int = 0, reward: float = 1.0, n: int = 4, version: int = 0,
+                outcome: str = "ok") -> Scored:
+    sample = make_sample(run, k, i, n=n, version=version)
+    return Scored(sample=sample, verdict=Verdict(reward, outcome, "exact", {"accuracy": reward}))  # type: ignore[arg-type]
