@@ -69,7 +69,12 @@ def up_main(args: argparse.Namespace) -> int:
     code = 0
     try:
         cfg = load_config(path, overrides={**overrides, "nats.url": server.url})
-        cfg = _prepare(cfg, run_dir, display)
+        cfg = _resolve_engine(cfg, display)
+        try:
+            cfg = _prepare(cfg, run_dir, display)
+        except PrepareFailedError as e:
+            display.error(str(e))
+            return 1
         config_file = run_dir / "config.json"
         config_file.write_bytes(dump_config(cfg))
         display.info(f"run dir {run_dir}")
@@ -92,12 +97,63 @@ def up_main(args: argparse.Namespace) -> int:
 
 
 def _prepare(cfg: Config, run_dir: Path, display) -> Config:
-    """Run the config's preparation step (the built-in example builds its model here)."""
+    """Run the config's preparation step (the built-in example builds and
+    warms up its model here), in a child process, then point every role at
+    the prepared model."""
     if cfg.learn.prepare is None:
         return cfg
-    from rlvr.learner.prepare import prepare
+    import msgspec
 
-    return prepare(cfg, run_dir, display)
+    pre_config = run_dir / "config.pre.json"
+    pre_config.write_bytes(dump_config(cfg))
+    display.info("preparing the model (tokenizer, tiny Qwen2, cold-start SFT); log in logs/prepare.log")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if cfg.up.threads_per_process:
+        env["OMP_NUM_THREADS"] = str(max(2, cfg.up.threads_per_process))
+    with open(run_dir / "logs" / "prepare.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlvr.learner.prepare", "--config", str(pre_config), "--run-dir", str(run_dir)],
+            stdout=subprocess.PIPE, stderr=log, env=env,
+        )
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            log.write(raw)
+            if line.startswith("[sft]"):
+                display.info(line)
+        if proc.wait() != 0:
+            raise PrepareFailedError(f"preparation failed (exit {proc.returncode}); see {run_dir / 'logs' / 'prepare.log'}")
+    info = json.loads((run_dir / "prepared.json").read_text())
+    display.info(f"model ready: {info['model']} after {info['sft_steps']} SFT steps, "
+                 f"greedy held-out pass@1 {info['sft_greedy_pass_at_1']:.3f}")
+    raw = msgspec.to_builtins(cfg)
+    raw["rollout"]["engine"]["model"] = info["model"]
+    if raw["learn"].get("engine"):
+        raw["learn"]["engine"]["model_path"] = info["model"]
+    return msgspec.convert(raw, Config)
+
+
+class PrepareFailedError(RuntimeError):
+    pass
+
+
+def _resolve_engine(cfg: Config, display) -> Config:
+    """Fall back from vLLM to the HF engine when vLLM does not import here."""
+    import importlib.util
+
+    import msgspec
+
+    engine = cfg.rollout.engine
+    tag = engine.__struct_config__.tag
+    if tag == "vllm" and importlib.util.find_spec("vllm") is None:
+        from rlvr.rollout.engines.base import HFEngineConfig
+
+        display.info("engine: vllm does not import on this machine; using the hf engine (transformers)")
+        hf = HFEngineConfig(model=engine.model, dtype=engine.dtype if engine.dtype != "auto" else "float32",
+                            max_prompt_tokens=engine.max_prompt_tokens)
+        return msgspec.structs.replace(cfg, rollout=msgspec.structs.replace(cfg.rollout, engine=hf))
+    display.info(f"engine: {tag}")
+    return cfg
 
 
 def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Config) -> Child:

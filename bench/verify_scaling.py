@@ -68,6 +68,26 @@ def sample(run: str, i: int, response: str, gold: str) -> Sample:
     )
 
 
+def tree_cpu_s(roots: list[int]) -> float:
+    """User + system CPU seconds of ``roots`` and all their descendants (Linux /proc)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))  # ppid, utime+stime
+    tree, frontier = set(roots), list(roots)
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(stats[pid][1] for pid in tree if pid in stats) / os.sysconf("SC_CLK_TCK")
+
+
 def write_config(path: Path, run: str, url: str) -> None:
     path.write_text(
         f'run = "{run}"\n'
@@ -78,8 +98,11 @@ def write_config(path: Path, run: str, url: str) -> None:
     )
 
 
-async def measure(url: str, run: str, replicas: list[str], cases: list[tuple[str, str]]) -> tuple[float, dict]:
-    """Seconds from the first publish until every sample is scored, and samples scored per replica."""
+async def measure(
+    url: str, run: str, replicas: list[str], cases: list[tuple[str, str]], pids: list[int]
+) -> tuple[float, dict, float]:
+    """Seconds from the first publish until every sample is scored, samples
+    scored per replica, and the CPU seconds the replicas used meanwhile."""
     names = RunNames(run)
     bus = await Bus.connect(NatsConfig(url=url), BusConfig(storage="memory"), names, "bench")
     scored: set[str] = set()
@@ -112,20 +135,22 @@ async def measure(url: str, run: str, replicas: list[str], cases: list[tuple[str
         with anyio.fail_after(180):
             await all_warm.wait()
         samples = [sample(run, i, r, g) for i, (r, g) in enumerate(cases)]
+        cpu_before = tree_cpu_s(pids)
         started = time.perf_counter()
         for s in samples:
             await bus.publish(names.rollouts, s, msg_id=s.sample_id)
         with anyio.fail_after(600):
             await all_scored.wait()
         elapsed = time.perf_counter() - started
+        cpu = tree_cpu_s(pids) - cpu_before
     finally:
         await bus.close()
     if outcomes.get("ok", 0) != len(cases):
         raise RuntimeError(f"expected every sample judged ok, got {outcomes}")
-    return elapsed, split
+    return elapsed, split, cpu
 
 
-def run_once(url: str, workdir: Path, replicas: int, cases, tag: str) -> tuple[float, dict]:
+def run_once(url: str, workdir: Path, replicas: int, cases, tag: str) -> tuple[float, dict, float]:
     run = f"scale-{tag}-{replicas}r"
     cfg = workdir / f"{run}.toml"
     write_config(cfg, run, url)
@@ -138,7 +163,7 @@ def run_once(url: str, workdir: Path, replicas: int, cases, tag: str) -> tuple[f
         procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
         log.close()
     try:
-        return anyio.run(measure, url, run, ids, cases)
+        return anyio.run(measure, url, run, ids, cases, [p.pid for p in procs])
     finally:
         for p in procs:
             if p.poll() is None:
@@ -161,10 +186,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as tmp, NatsServer(Path(tmp) / "nats") as srv:
         for r in range(args.repeats):
             for replicas in (1, 2):
-                t, split = run_once(srv.url, Path(tmp), replicas, cases, tag=str(r))
+                t, split, cpu = run_once(srv.url, Path(tmp), replicas, cases, tag=str(r))
                 timings[replicas].append(t)
+                # Cores the replicas actually got: well under `replicas` means
+                # other load on the machine, not the bus, limited the run.
                 print(f"repeat {r}: {replicas} replica(s): {args.samples} samples in {t:.2f}s "
-                      f"({args.samples / t:.1f} samples/s), per replica {sorted(split.values())}", flush=True)
+                      f"({args.samples / t:.1f} samples/s), per replica {sorted(split.values())}, "
+                      f"CPU {cpu:.1f}s = {cpu / t:.2f} cores busy", flush=True)
     best = {k: min(v) for k, v in timings.items()}
     speedup = best[1] / best[2]
     print(f"speed-up with 2 replicas: {speedup:.2f}x (target >= 1.6x on {os.cpu_count()} cores)")

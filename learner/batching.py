@@ -34,6 +34,10 @@ class TrainBatchItem(msgspec.Struct, frozen=True):
     sample_id: str
 
 
+class TrainBatchEmptyError(ValueError):
+    """A step was asked to train on no samples at all."""
+
+
 class TrainItemMalformedError(ValueError):
     """A sample cannot be trained on: empty prompt or completion, or a
     behaviour log-prob count that differs from its token count."""
@@ -109,6 +113,8 @@ def build_micro_batch(items: Sequence[TrainBatchItem], pad_token_id: int) -> Mic
 
 def micro_batches(items: Sequence[TrainBatchItem], max_tokens: int, pad_token_id: int) -> list[MicroBatch]:
     """Validate, pack and tensorise a step's samples."""
+    if not items:
+        raise TrainBatchEmptyError("a training step needs at least one sample")
     for it in items:
         check_item(it)
     lengths = [len(it.prompt_ids) + len(it.completion_ids) for it in items]
@@ -124,6 +130,7 @@ def sft_items(pairs: Sequence[tuple[list[int], list[int]]]) -> list[TrainBatchIt
 
 __all__ = [
     "MicroBatch",
+    "TrainBatchEmptyError",
     "TrainBatchItem",
     "TrainItemMalformedError",
     "build_micro_batch",

@@ -29,8 +29,8 @@ class ArithmeticDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="ar
     max_operand: Annotated[int, Meta(ge=1)] = 99
     # Problems held out for evaluation, removed from training by exact match.
     holdout: Annotated[int, Meta(ge=0)] = 500
-    # Verifier that scores the answers.
-    verifier: VerifierSpec = VerifierSpec(name="exact")
+    # Verifier that scores the answers; "{gold}" in its params becomes the answer.
+    verifier: VerifierSpec = VerifierSpec(name="exact", params={"gold": "{gold}"})
 
 
 class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl", tag_field="kind"):
@@ -42,6 +42,9 @@ class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl",
     # Verifier name; the gold answer is passed as params.gold unless `tests_field` is set.
     verifier: str = "math"
     tests_field: str = ""
+    # A full verifier spec instead (e.g. a composite); "{gold}" / "{tests}" in
+    # its params are replaced by the record's answer / tests.
+    verifier_spec: VerifierSpec | None = None
     holdout: Annotated[int, Meta(ge=0)] = 0
 
 
@@ -55,6 +58,10 @@ class SharedDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="shared
     # MATH levels to keep (empty = all).
     levels: tuple[int, ...] = ()
     holdout: Annotated[int, Meta(ge=0)] = 0
+    # Override the adapter's verifier (math for GSM8K/MATH, code for MBPP/HumanEval),
+    # e.g. with a composite adding a format reward and overlong shaping;
+    # "{gold}" / "{tests}" in its params are replaced per record.
+    verifier: VerifierSpec | None = None
 
 
 DatasetConfig = ArithmeticDataset | JsonlDataset | SharedDataset
@@ -90,6 +97,9 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
     sft_max_steps: PositiveInt = 2000
     sft_batch: PositiveInt = 128
     sft_lr: Annotated[float, Meta(gt=0)] = 2e-3
+    sft_warmup_steps: Annotated[int, Meta(ge=0)] = 50
+    # Held-out prompts the greedy check uses.
+    sft_check_prompts: PositiveInt = 200
 
 
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):

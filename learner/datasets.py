@@ -31,6 +31,8 @@ class TaskSpec(msgspec.Struct, frozen=True):
     prompt: str
     verifier: VerifierSpec
     level: int | None = None
+    # A reference response for supervised warm-up (the answer, or a worked solution).
+    reference: str = ""
 
 
 class DatasetError(ValueError):
@@ -42,14 +44,40 @@ class Splits(msgspec.Struct, frozen=True):
     heldout: list[TaskSpec]
 
 
+def fill_spec(template: VerifierSpec, **values: Any) -> VerifierSpec:
+    """``template`` with every "{gold}"/"{tests}" string in its params replaced."""
+    slots = {"{" + k + "}": v for k, v in values.items()}
+
+    def fill(x: Any) -> Any:
+        if isinstance(x, str) and x in slots:
+            return slots[x]
+        if isinstance(x, dict):
+            return {k: fill(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [fill(v) for v in x]
+        return x
+
+    return VerifierSpec(template.name, fill(dict(template.params)))
+
+
+def _override(specs: list[TaskSpec], template: VerifierSpec | None) -> list[TaskSpec]:
+    if template is None:
+        return specs
+    out = []
+    for t in specs:
+        p = t.verifier.params
+        out.append(msgspec.structs.replace(t, verifier=fill_spec(template, gold=p.get("gold"), tests=p.get("tests"))))
+    return out
+
+
 def load_splits(cfg: DatasetConfig, *, seed: int) -> Splits:
     match cfg:
         case ArithmeticDataset():
             return _arithmetic(cfg, seed)
         case JsonlDataset():
-            return _split(_jsonl(cfg), cfg.holdout, seed)
+            return _split(_override(_jsonl(cfg), cfg.verifier_spec), cfg.holdout, seed)
         case SharedDataset():
-            return _split(_shared(cfg), cfg.holdout, seed)
+            return _split(_override(_shared(cfg), cfg.verifier), cfg.holdout, seed)
     raise DatasetError(f"unknown dataset config {cfg!r}")
 
 
@@ -82,13 +110,13 @@ def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
     def spec(i: int, p: tuple[int, str, int]) -> TaskSpec:
         a, op, b = p
         gold = str(arithmetic_answer(a, op, b))
-        params = {"gold": gold, **msgspec.to_builtins(cfg.verifier.params)}
         return TaskSpec(
             dataset="arithmetic",
             index=i,
             prompt=f"{a}{op}{b}=",
-            verifier=VerifierSpec(name=cfg.verifier.name, params=params),
+            verifier=fill_spec(cfg.verifier, gold=gold),
             level=len(str(max(a, b))),
+            reference=gold,
         )
 
     specs = [spec(i, p) for i, p in enumerate(problems)]
@@ -157,7 +185,9 @@ def _shared(cfg: SharedDataset) -> list[TaskSpec]:
     if cfg.name == "gsm8k":
         for i, r in enumerate(_read_records(root / "gsm8k" / f"{cfg.split}.jsonl")):
             gold = r["answer"].split("####")[-1].strip().replace(",", "")
-            out.append(TaskSpec("gsm8k", i, _GSM8K_INSTRUCTION.format(question=r["question"]), VerifierSpec("math", {"gold": gold})))
+            prompt = _GSM8K_INSTRUCTION.format(question=r["question"])
+            reference = r["answer"].split("####")[0].strip() + f"\nThe answer is {gold}."
+            out.append(TaskSpec("gsm8k", i, prompt, VerifierSpec("math", {"gold": gold}), reference=reference))
     elif cfg.name in ("math", "math500"):
         path = root / ("math500/test.jsonl" if cfg.name == "math500" else "math/test.jsonl")
         for i, r in enumerate(_read_records(path)):
@@ -165,10 +195,13 @@ def _shared(cfg: SharedDataset) -> list[TaskSpec]:
             level = r["level"] if isinstance(r["level"], int) else int(re.sub(r"\D", "", r["level"]) or 0)
             if cfg.levels and level not in cfg.levels:
                 continue
-            out.append(TaskSpec(cfg.name, i, _MATH_INSTRUCTION.format(problem=r["problem"]), VerifierSpec("math", {"gold": gold}), level))
+            prompt = _MATH_INSTRUCTION.format(problem=r["problem"])
+            out.append(TaskSpec(cfg.name, i, prompt, VerifierSpec("math", {"gold": gold}), level, r["solution"]))
     elif cfg.name == "mbpp":
         for i, r in enumerate(_read_records(root / "mbpp" / "sanitized-mbpp.json")):
-            tests = {"entry_point": "", "asserts": r["test_list"]}
+            # The function the asserts call, e.g. "assert similar_elements(...) == ...".
+            entry = re.match(r"assert\s+(?:set\()?\s*([A-Za-z_]\w*)\s*\(", r["test_list"][0])
+            tests = {"entry_point": entry.group(1) if entry else "solution", "asserts": r["test_list"]}
             params = {"tests": tests, "setup": "\n".join(r.get("test_imports", []))}
             prompt = _CODE_INSTRUCTION.format(text=r["prompt"] + "\nTests:\n" + "\n".join(r["test_list"][:1]))
             out.append(TaskSpec("mbpp", i, prompt, VerifierSpec("code", params)))

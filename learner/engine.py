@@ -152,6 +152,9 @@ class LearnerEngine:
                 cfg.model_path, dtype=torch.bfloat16 if cfg.bf16 else torch.float32
             ).eval()
             self._ref.requires_grad_(False)
+        # Under ZeRO-3 each rank loads the whole model into CPU memory before
+        # deepspeed.initialize partitions it; building inside zero.Init through
+        # transformers' HfDeepSpeedConfig would avoid that but needs accelerate.
         model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=torch.float32)
         self._tied = bool(getattr(model.config, "tie_word_embeddings", False))
         if cfg.gradient_checkpointing:
@@ -176,6 +179,11 @@ class LearnerEngine:
     def step(self) -> int:
         """Optimizer steps taken (RL and SFT together)."""
         return self._step
+
+    @property
+    def tied_embeddings(self) -> bool:
+        """Whether the model ties lm_head to the input embeddings (exports still carry lm_head.weight)."""
+        return self._tied
 
     # ---- forward -------------------------------------------------------
     def _token_logprobs(

@@ -14,8 +14,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
-from rlvr.learner.algos.advantages import AdvantageConfig
-from rlvr.learner.algos.policy_loss import PolicyLossConfig
+from rlvr.learner.algos.config import AdvantageConfig, PolicyLossConfig
 
 
 class OptimizerConfig(Struct, frozen=True, forbid_unknown_fields=True):

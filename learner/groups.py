@@ -12,6 +12,7 @@ the sum of the drop counters:
   reward is not a real one. The group's other samples are kept if at least
   two remain (their advantages are still meaningful), else dropped too.
 - ``rejected``: the rollout rejected the prompt (too long).
+- ``malformed``: no tokens, or not one behaviour log-prob per token.
 - ``zero_variance``: DAPO dynamic sampling; all rewards in the group equal.
 - ``partial``: the group did not complete within ``group_timeout_s``.
 
@@ -28,7 +29,7 @@ import msgspec
 
 from rlvr.protocol import Scored
 
-DROP_REASONS = ("stale", "verify_failed", "rejected", "zero_variance", "partial", "duplicate")
+DROP_REASONS = ("stale", "verify_failed", "rejected", "malformed", "zero_variance", "partial", "duplicate")
 
 
 class Group(msgspec.Struct):
@@ -95,8 +96,11 @@ def filter_group(
     kept: list[tuple[int, Scored]] = []
     dropped: list[tuple[int, Scored, str]] = []
     for seq, sc in group.members:
+        comp = sc.sample.completion
         if sc.sample.finish_reason == "rejected":
             dropped.append((seq, sc, "rejected"))
+        elif not comp.ids or len(comp.ids) != len(comp.logprobs) or not sc.sample.prompt_ids:
+            dropped.append((seq, sc, "malformed"))
         elif sc.verdict.outcome in ("timeout", "sandbox_error"):
             dropped.append((seq, sc, "verify_failed"))
         elif current_version - sc.sample.policy_version > max_staleness:

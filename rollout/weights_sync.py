@@ -23,7 +23,7 @@ from nats.js import api as js_api
 from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
 from rlvr.actors.tracing import tracer
-from rlvr.protocol import MessageDecodeError, WeightsAnnouncement, decode
+from rlvr.protocol import MessageDecodeError, WeightFile, WeightsAnnouncement, decode
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import EngineDeadError
 from rlvr.rollout.weights import WeightsRejectedError, verify_weight_files
@@ -67,8 +67,9 @@ class WeightsWatcher:
         with tracer().start_as_current_span("rollout.load_weights", attributes={"rlvr.version": ann.version}) as span:
             t0 = time.monotonic()
             try:
-                directory = await self._fetch(ann)
-                verify_weight_files(directory, ann.files)
+                directory, files = await self._fetch(ann)
+                # Hashing gigabytes must not stall heartbeats and in_progress.
+                await anyio.to_thread.run_sync(verify_weight_files, directory, files)
             except (WeightsRejectedError, OSError) as e:
                 self.rejected += 1
                 log.error("weights_rejected", version=ann.version, reason=str(e), serving=self.actor.version)
@@ -99,19 +100,26 @@ class WeightsWatcher:
             self._prune(keep=directory)
             return True
 
-    async def _fetch(self, ann: WeightsAnnouncement) -> Path:
+    async def _fetch(self, ann: WeightsAnnouncement) -> tuple[Path, list[WeightFile]]:
+        """The local directory holding the blob, and its files named as they are there.
+
+        Object names are ``v<version>/<file>``; the fetched copies are plain
+        ``<file>`` under the cache directory, and are checked under that name.
+        """
         if ann.transport == "path":
-            return Path(ann.location)
+            return Path(ann.location), list(ann.files)
         if ann.transport != "object_store":
             raise WeightsRejectedError(f"transport {ann.transport!r} is not supported by this replica")
         target = self.cache / f"v{ann.version}"
         target.mkdir(parents=True, exist_ok=True)
         store = await self.bus.js.object_store(ann.location)
+        local_files = []
         for f in ann.files:
             local = target / Path(f.name).name
             with open(local, "wb") as out:
                 await store.get(f.name, writeinto=out)
-        return target
+            local_files.append(WeightFile(local.name, f.sha256, f.bytes))
+        return target, local_files
 
     def _prune(self, keep: Path) -> None:
         if not keep.is_relative_to(self.cache):

@@ -13,6 +13,21 @@ cd "$(dirname "$0")/.."
 EXTRAS="${RLVR_EXTRAS:-all,test}"
 PY="${PYTHON:-python3}"
 
+# System packages: g++ for DeepSpeed's run-time C++ extensions, bubblewrap
+# for the code sandbox. Installed when missing and we may (root + apt).
+missing=()
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "bootstrap: warning: ${missing[*]} missing (install them with your package manager)"
+  fi
+fi
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 PIP=".venv/bin/pip"
 "$PIP" install -q --upgrade pip

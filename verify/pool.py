@@ -344,8 +344,11 @@ class VerifierPool:
             self._full = anyio.Event()
         self._restarts += 1
         assert self._tg is not None
-        self._tg.start_soon(worker.close)
-        self._tg.start_soon(self._replace_forever)
+        try:
+            self._tg.start_soon(worker.close)
+            self._tg.start_soon(self._replace_forever)
+        except RuntimeError:  # the pool is closing: nothing to replace; the kill stands
+            pass
 
     async def wait_full(self) -> None:
         """Return once every one of the ``size`` workers is alive and ready."""

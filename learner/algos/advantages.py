@@ -15,15 +15,9 @@ from __future__ import annotations
 from typing import Callable, Literal
 
 import torch
-from msgspec import Struct
+from rlvr.learner.algos.config import AdvantageConfig, AdvantageName
 
-AdvantageName = Literal["grpo", "drgrpo", "rloo"]
 AdvantageFn = Callable[[torch.Tensor, float], torch.Tensor]
-
-
-class AdvantageConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    name: AdvantageName = "grpo"
-    eps: float = 1e-6  # added to the std in ``grpo``
 
 
 class AdvantageUnknownError(KeyError):

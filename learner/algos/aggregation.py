@@ -24,7 +24,7 @@ from typing import Callable, Literal
 
 import torch
 
-AggregationMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+from rlvr.learner.algos.config import AggregationMode
 AggregateFn = Callable[..., torch.Tensor]
 
 

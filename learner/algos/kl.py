@@ -20,7 +20,7 @@ from typing import Callable, Literal
 
 import torch
 
-KLEstimator = Literal["k1", "k2", "k3"]
+from rlvr.learner.algos.config import KLEstimator
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 

@@ -24,20 +24,9 @@ from typing import Annotated, Callable, Literal
 import torch
 from msgspec import Meta, Struct
 
-from rlvr.learner.algos.aggregation import AggregationMode, aggregate
-from rlvr.learner.algos.kl import KLEstimator, kl_estimate
-
-
-class PolicyLossConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    name: Literal["ppo_clip"] = "ppo_clip"
-    eps_low: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.2  # ratio floor 1 - eps_low
-    eps_high: Annotated[float, Meta(ge=0.0)] = 0.28  # ratio ceiling 1 + eps_high (DAPO clip-higher)
-    dual_clip_c: Annotated[float, Meta(gt=1.0)] | None = None  # e.g. 3.0; None disables dual-clip
-    tis_cap: Annotated[float, Meta(gt=0.0)] | None = 2.0  # C in min(π_old/π_behaviour, C); None disables TIS
-    aggregation: AggregationMode = "token-mean"
-    norm_length: Annotated[int, Meta(gt=0)] = 1024  # constant L for seq-mean-token-sum-norm: the sampling max_tokens
-    kl_coef: Annotated[float, Meta(ge=0.0)] = 0.0  # β; 0 means no reference model is needed
-    kl_estimator: KLEstimator = "k3"
+from rlvr.learner.algos.aggregation import aggregate
+from rlvr.learner.algos.config import PolicyLossConfig
+from rlvr.learner.algos.kl import kl_estimate
 
 
 class PolicyLossUnknownError(KeyError):

@@ -124,6 +124,9 @@ class TrivialEngineConfig(
 ):
     accuracy: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
     seed: int = 0
+    # Test aid: when set, every generation waits until this file exists, so a
+    # bus test can hold a task inside a replica (kill it, stop it) on purpose.
+    hold_file: str = ""
 
 
 EngineConfig = HFEngineConfig | VLLMEngineConfig | TrivialEngineConfig

@@ -9,6 +9,9 @@ the first token and the others get 0, so the sequence log-prob is log p.
 It imports no torch and loads "weights" by only bumping its version, so the
 bus, the actor and the learner can be exercised on any machine. A prompt with
 no expression gets the answer "?" (wrong for any verifier).
+
+Test aid: with ``hold_file`` set, each generation first waits (cancellably)
+until that file exists, so bus tests can hold a task inside a replica.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import math
 import pathlib
 import random
 import re
+
+import anyio
 
 from rlvr.protocol.tasks import ChatMessage, SamplingParams
 from rlvr.protocol.weights import WeightFile
@@ -56,6 +61,10 @@ class TrivialEngine:
     async def generate(
         self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
     ) -> GroupResult:
+        if self.cfg.hold_file:
+            hold = pathlib.Path(self.cfg.hold_file)
+            while not hold.exists():
+                await anyio.sleep(0.02)
         text = prompt if isinstance(prompt, str) else (prompt[-1].content if prompt else "")
         truth = solve(text)
         rng = self._rng if sampling.seed is None else random.Random(f"{self.cfg.seed}/{sampling.seed}/{text}")

@@ -21,8 +21,8 @@ def test_zero_variance_group_gives_zero_advantages(name):
 
 def test_grpo_standardises_with_sample_std():
     # mean 0.5; sample std = sqrt(4 * 0.25 / 3) = 1/sqrt(3); A = ±0.5 * sqrt(3)
-    a = 0.5 * math.sqrt(3) * (1 - 1e-6 * math.sqrt(3))  # (r-mean)/(std+eps), to first order in eps
-    assert torch.allclose(_adv("grpo", [1.0, 0.0, 0.0, 1.0]), torch.tensor([a, -a, -a, a], dtype=torch.float64), atol=1e-10)
+    a = 0.5 / (1 / math.sqrt(3) + 1e-6)
+    assert torch.allclose(_adv("grpo", [1.0, 0.0, 0.0, 1.0]), torch.tensor([a, -a, -a, a], dtype=torch.float64), atol=1e-12)
 
 
 def test_drgrpo_only_centres():

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rlvr.learner.batching import (
+    TrainBatchEmptyError,
     TrainBatchItem,
     TrainItemMalformedError,
     build_micro_batch,
@@ -62,3 +63,8 @@ def test_malformed_items_are_rejected_by_name(item):
 def test_sft_items_mask_the_response_only():
     (mb,) = micro_batches(sft_items([([1, 2, 3], [4, 5])]), 64, 0)
     assert mb.loss_mask.tolist() == [[False, False, True, True]]
+
+
+def test_an_empty_batch_is_an_error():
+    with pytest.raises(TrainBatchEmptyError):
+        micro_batches([], 64, 0)

@@ -298,3 +298,18 @@ def test_code_entry_is_wired_to_the_code_verifier():
     assert get("code").params is code.CodeParams
     with pytest.raises(VerifierSpecError, match=r"bad params for 'code': Object missing required field `tests`"):
         resolve(VerifierSpec(name="code", params={}))
+
+
+def test_code_runs_through_the_pool_with_the_context_sandbox():
+    pytest.importorskip("rlvr.verify.code", reason="rlvr.verify.code not written yet (another engineer)")
+    program = "```python\nprint(sum(map(int, input().split())))\n```"
+    tests = [{"input": "1 2\n", "output": "3\n"}, {"input": "2 2\n", "output": "5\n"}]
+
+    async def body(pool):
+        half = await pool.verify(VerifierSpec(name="code", params={"tests": tests}), program)
+        none = await pool.verify(VerifierSpec(name="code", params={"tests": tests, "mode": "all_or_nothing"}), program)
+        return half, none
+
+    half, none = run_with_pool(body, size=1, timeout_s=30.0)
+    assert (half.reward, half.outcome, half.components["tests_passed"]) == (0.5, "wrong", 1.0)
+    assert (none.reward, none.outcome) == (0.0, "wrong")

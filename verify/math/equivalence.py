@@ -11,8 +11,10 @@ Order of checks, cheapest and safest first:
    variable; two equations when one is a non-zero multiple of the other),
    percent (``50\\%`` = ``50`` = ``0.5`` only when one side carries ``%``),
    plain numbers exactly (``numbers``, with its decimal tolerance policy),
-   then sympy: constants to 1e-12 relative at 40 digits, expressions by
-   ``expand``, then numeric sampling at seeded points, then ``simplify``.
+   then sympy: constants exactly when rational, else to 1e-40 relative at
+   60 digits; expressions by ``expand``, then numeric sampling at seeded
+   points (half of them negative), then ``simplify``. ``expand`` and
+   ``simplify`` run only on small expressions; sampling decides the rest.
 
 ``AnswerTooLargeError`` propagates: the caller turns it into ``parse_error``.
 """

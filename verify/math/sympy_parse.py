@@ -24,6 +24,9 @@ from latex2sympy2_extended.latex2sympy2 import ConversionConfig, latex2sympy
 MAX_NODES = 400  # sympy tree nodes in one answer
 MAX_EXPONENT = 10_000  # |e| in b**e for a numeric base other than 0, ±1
 MAX_FACTORIAL = 1_000
+# The ANTLR grammar backtracks exponentially on nested superscripts
+# (x^{x^{x^{...}}} takes seconds at depth 16); real answers nest 1-3 deep.
+MAX_SUPERSCRIPT_DEPTH = 5
 
 _CONVERSION = ConversionConfig(interpret_as_mixed_fractions=True, lowercase_symbols=False)
 _I = sympy.Symbol("i")
@@ -80,6 +83,36 @@ def guard(expr: sympy.Basic) -> None:
             raise AnswerTooLargeError("integer with more than 1000 digits")
 
 
+def superscript_depth(text: str) -> int:
+    """How deeply superscripts nest, braced (``x^{y^{z}}``) or chained (``x^y^z``)."""
+    best = depth = chain = 0
+    braces: list[bool] = []  # per open brace: does it open a superscript?
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "^":
+            j = i + 1
+            while j < n and text[j] == " ":
+                j += 1
+            if j < n and text[j] == "{":
+                braces.append(True)
+                depth += 1
+                chain = 0
+                i = j + 1
+            else:
+                chain += 1
+                i = j + 1
+            best = max(best, depth + chain)
+            continue
+        chain = 0
+        if c == "{":
+            braces.append(False)
+        elif c == "}" and braces:
+            depth -= braces.pop()
+        i += 1
+    return best
+
+
 def _exact_floats(expr: sympy.Basic) -> sympy.Basic:
     """Floats as the decimals they were written as: 0.1 -> 1/10 exactly."""
     floats = expr.atoms(sympy.Float)
@@ -91,6 +124,8 @@ def _exact_floats(expr: sympy.Basic) -> sympy.Basic:
 def to_sympy(latex: str) -> sympy.Basic:
     """Parse one scalar/equation answer. Raises ``AnswerUnparsableError`` or
     ``AnswerTooLargeError``; never evaluates before ``guard`` passed."""
+    if superscript_depth(latex) > MAX_SUPERSCRIPT_DEPTH:
+        raise AnswerTooLargeError(f"superscripts nested deeper than {MAX_SUPERSCRIPT_DEPTH}")
     try:
         expr = latex2sympy(latex, normalization_config=None, conversion_config=_CONVERSION)
     except Exception as exc:  # the ANTLR layer raises bare Exception

@@ -65,7 +65,27 @@ os.environ.update(h["env"])
 os.write(1, b"\x00rlvr-sandbox-ready\n")
 os.execv(h["argv"][0], h["argv"])
 """
-_CLEAN = "import os, shutil, sys\ntry: os.kill(-1, 9)\nexcept OSError: pass\nshutil.rmtree(sys.argv[1], ignore_errors=True)"
+# Kill what the run left (kill(-1) spares pid 1 and the caller), remove its
+# dir, and print the cgroup's OOM-kill count (v2, else v1; -1 if unreadable).
+_CLEAN = r"""
+import os, shutil, sys
+try:
+    os.kill(-1, 9)
+except OSError:
+    pass
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+n = -1
+for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+    try:
+        with open(path) as f:
+            n = int(dict(l.split() for l in f if l.strip()).get("oom_kill", -1))
+        break
+    except (OSError, ValueError):
+        continue
+print(n)
+"""
+# pid 1: sleeps, and auto-reaps the orphans that cleanup kills.
+_KEEPALIVE = "import signal, time\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\nwhile True: time.sleep(3600)"
 
 
 class DockerSandbox:
@@ -93,6 +113,7 @@ class DockerSandbox:
         self.image, self.python, self.cpus, self.work_mb = image, python, cpus, work_mb
         self._container: Any = None
         self._key: tuple[int, int] | None = None
+        self._ooms = -1  # the container's OOM-kill count after the last run
 
     def run(
         self, files: dict[str, str], argv: list[str], stdin: str, limits: SandboxLimits
@@ -127,9 +148,16 @@ class DockerSandbox:
         try:
             out, err, timed_out, truncated = _pump(raw, payload, limits, t0 + limits.wall_s)
         finally:
+            # shutdown, not just close: the SDK holds makefile() references
+            # that keep the fd (and the daemon's blocked stream copy) alive.
+            try:
+                raw.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             raw.close()
+            sock.close()
         killed = timed_out or truncated
-        self._clean(container, work)
+        oom = self._clean(container, work)
         code = None if killed else api.exec_inspect(exec_id).get("ExitCode")
         wall = time.monotonic() - t0
         if not out.startswith(_MARK):
@@ -137,7 +165,7 @@ class DockerSandbox:
         stdout = out[len(_MARK):].decode(errors="replace")
         stderr = err.decode(errors="replace")
         timed_out = timed_out or code in (128 + 24, -24)  # SIGXCPU
-        memory = "MemoryError" in stderr or (code == 137 and not killed)  # cgroup OOM kill
+        memory = oom or "MemoryError" in stderr
         return ExecutionResult(code, stdout, stderr, timed_out, memory, truncated, wall)
 
     def close(self) -> None:
@@ -158,7 +186,7 @@ class DockerSandbox:
         mem = f"{limits.memory_mb + 64}m"  # room for the prelude beside the program's RLIMIT_AS
         self._container = self._client.containers.run(
             self.image,
-            [self.python, "-I", "-S", "-c", "import time\nwhile True: time.sleep(3600)"],
+            [self.python, "-I", "-S", "-c", _KEEPALIVE],
             detach=True,
             network_mode="none",
             mem_limit=mem,
@@ -172,14 +200,20 @@ class DockerSandbox:
             security_opt=["no-new-privileges"],
             labels={"rlvr.sandbox": "1"},
         )
-        self._key = key
+        self._key, self._ooms = key, 0
         return self._container
 
-    def _clean(self, container: Any, work: str) -> None:
+    def _clean(self, container: Any, work: str) -> bool:
+        """Clean up after a run; True when the cgroup OOM-killed during it."""
         try:
-            container.exec_run([self.python, "-I", "-S", "-c", _CLEAN, work], user=_USER)
+            res = container.exec_run([self.python, "-I", "-S", "-c", _CLEAN, work], user=_USER)
+            ooms = int(res.output.split()[-1])
         except Exception:
             self.close()  # a container we cannot clean is not reused
+            return False
+        hit = self._ooms >= 0 and ooms > self._ooms
+        self._ooms = ooms
+        return hit
 
 
 def _pump(sock: socket.socket, data: bytes, limits: SandboxLimits, deadline: float) -> tuple[bytes, bytes, bool, bool]:

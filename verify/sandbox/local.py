@@ -35,9 +35,10 @@ Always, whatever the level:
   (no reader threads); at ``output_bytes`` on either stream the run is killed
   and marked ``output_truncated``.
 
-A setup marker (a pipe written by ``/bin/sh`` just before it execs the
-program, then closed) tells a sandbox failure (``error``) from a program that
-failed: the program cannot forge one.
+A setup marker (a random token that ``/bin/sh`` prints as the first line of
+stdout just before it execs the program; stripped from ``stdout``) tells a
+sandbox failure (``error``) from a program that failed: the program starts
+after the marker, so it can neither forge nor suppress it.
 
 Not covered: seccomp filters and cgroup memory accounting (the docker backend
 has cgroups). ``memory_exceeded`` is inferred from a ``MemoryError`` /
@@ -54,6 +55,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import weakref
 from functools import lru_cache
 from typing import Literal
 
@@ -93,6 +95,7 @@ class LocalSandbox:
         self._uid_base = uid_base
         self._base = tempfile.mkdtemp(prefix="rlvr-sbx-")
         os.chmod(self._base, 0o711)  # traversable by the run's uid, not listable
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self._base, True)
         order = ("bwrap", "unshare", "none") if isolation == "auto" else (isolation,)
         reasons = []
         for level in order:
@@ -123,13 +126,15 @@ class LocalSandbox:
 
     def close(self) -> None:
         shutil.rmtree(self._base, ignore_errors=True)
+        if hasattr(self, "_finalizer"):
+            self._finalizer.detach()
 
     def _run_in(
         self, work: str, argv: list[str], stdin: str, limits: SandboxLimits, uid: int | None, t0: float
     ) -> ExecutionResult:
-        ready_r, ready_w = os.pipe()
+        token = f"rlvr-sandbox-ready-{secrets.token_hex(8)}\n"
         inner_work = "/work" if self.isolation == "bwrap" else work
-        cmd = _command(self.isolation, self._root, work, uid, limits, self.python, ready_w, argv)
+        cmd = _command(self.isolation, self._root, work, uid, limits, self.python, token, argv)
         try:
             proc = subprocess.Popen(
                 cmd,
@@ -139,28 +144,24 @@ class LocalSandbox:
                 env=_scrubbed_env(inner_work),
                 cwd=work,
                 start_new_session=True,
-                pass_fds=(ready_w,),
                 # Under bwrap or "none" the whole chain runs as the run's uid;
                 # under unshare the namespaces need root, setpriv drops later.
                 **({"user": uid, "group": uid, "extra_groups": []} if uid and self.isolation != "unshare" else {}),
             )
         except OSError as e:
-            os.close(ready_r)
-            os.close(ready_w)
             return ExecutionResult(None, "", "", False, False, False, time.monotonic() - t0, error=f"spawn failed: {e}")
-        os.close(ready_w)
         out, err, timed_out, truncated = _pump(proc, stdin.encode(), limits, t0 + limits.wall_s)
         code = proc.wait()
         if self.isolation == "none" and uid is not None:
             _kill_uid(uid)
-        started = _read_all(ready_r) == b"ok"
-        stdout = out.decode(errors="replace")
+        started = out.startswith(token.encode())
+        stdout = out[len(token) :].decode(errors="replace") if started else ""
         stderr = err.decode(errors="replace")
         wall = time.monotonic() - t0
         if not started and not timed_out:
             return ExecutionResult(code, stdout, stderr, False, False, False, wall, error=f"sandbox setup failed ({self.isolation}): {stderr[-500:]}")
-        if code is not None and code > 128 and self.isolation == "bwrap":
-            code = -(code - 128)  # bwrap reports a signalled child as 128+signal
+        if code is not None and code > 128 and self.isolation in ("bwrap", "unshare"):
+            code = -(code - 128)  # both report a signalled child as 128+signal
         timed_out = timed_out or code == -signal.SIGXCPU
         memory = any(m in stderr for m in _MEMORY_MARKS)
         return ExecutionResult(code, stdout, stderr, timed_out, memory, truncated, wall)
@@ -208,14 +209,15 @@ def _rlimits(limits: SandboxLimits, nproc: bool) -> list[str]:
     return [*args, f"--nproc={limits.processes}"] if nproc else args
 
 
-def _marker(fd: int) -> list[str]:
-    """/bin/sh that reports "set up" on ``fd``, closes it, then execs argv."""
-    return ["/bin/sh", "-c", f'printf ok >&{fd}; exec {fd}>&-; exec "$@"', "rlvr-sandbox"]
+def _marker(token: str) -> list[str]:
+    """/bin/sh that prints ``token`` (its $0, absent from the program's argv
+    and environment) as the first line of stdout, then execs argv."""
+    return ["/bin/sh", "-c", 'printf "%s" "$0"; exec "$@"', token]
 
 
-def _command(level: str, root: bool, work: str, uid: int | None, limits: SandboxLimits, python: str, fd: int, argv: list[str]) -> list[str]:
+def _command(level: str, root: bool, work: str, uid: int | None, limits: SandboxLimits, python: str, token: str, argv: list[str]) -> list[str]:
     if level == "bwrap":
-        return [*_rlimits(limits, uid is not None), *_bwrap_args(work, python), *_marker(fd), *argv]
+        return [*_rlimits(limits, uid is not None), *_bwrap_args(work, python), *_marker(token), *argv]
     if level == "unshare":
         ns = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
         if not root:
@@ -226,11 +228,11 @@ def _command(level: str, root: bool, work: str, uid: int | None, limits: Sandbox
         covers = " ".join(f"[ -d {d} ] && mount -t tmpfs -o nosuid,nodev,size=64m,mode=1777 tmpfs {d};" for d in _WRITABLE_DIRS)
         setup = (
             f'set -e; w="$1"; shift; mount --bind "$w" {_STAGE}; {covers} true; '
-            f'mkdir -p "$w"; mount --move {_STAGE} "$w"; cd "$w"; exec "$@"'
-        )
-        return [*_rlimits(limits, uid is not None), *ns, "/bin/sh", "-c", setup, "rlvr-setup", work, *drop, "--", *_marker(fd), *argv]
+            f'mkdir -p "$w"; mount --move {_STAGE} "$w"; cd "$w"; set +e; "$@"; exit $?'
+        )  # not exec: unshare cannot re-raise SIGXCPU, so sh turns a signal into 128+N
+        return [*_rlimits(limits, uid is not None), *ns, "/bin/sh", "-c", setup, "rlvr-setup", work, *drop, "--", *_marker(token), *argv]
     # "none": rlimits and the run's uid (set by Popen) only.
-    return [*_rlimits(limits, uid is not None), *_marker(fd), *argv]
+    return [*_rlimits(limits, uid is not None), *_marker(token), *argv]
 
 
 def _bwrap_args(work: str, python: str) -> list[str]:
@@ -357,13 +359,3 @@ def _kill_uid(uid: int) -> None:
                         break
         except (OSError, ValueError):
             continue
-
-
-def _read_all(fd: int) -> bytes:
-    try:
-        os.set_blocking(fd, False)
-        return os.read(fd, 16)
-    except BlockingIOError:
-        return b""
-    finally:
-        os.close(fd)

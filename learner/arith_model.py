@@ -1,0 +1,63 @@
+"""The built-in example's model: a character tokenizer and a tiny Qwen2.
+
+Arithmetic wants one token per character (a BPE tokenizer would merge digits
+into numbers and hide the structure the model has to learn). The vocabulary
+is PAD, EOS, the ten digits and ``+ - * =``, padded with unused tokens to 64
+ids (vLLM's CPU kernels like round sizes). The model is a random-init Qwen2
+with tied embeddings, d=128, 3 layers, 4 heads (head size 32, one vLLM's CPU
+attention accepts): about 0.6M parameters, as in the experiment DESIGN.md
+reports. Both transformers and vLLM load the saved folder offline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHARS = "0123456789+-*="
+PAD, EOS = "<pad>", "<eos>"
+VOCAB_SIZE = 64
+
+
+def build_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {PAD: 0, EOS: 1, **{c: i + 2 for i, c in enumerate(CHARS)}}
+    vocab.update({f"<unused{i}>": i for i in range(len(vocab), VOCAB_SIZE)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")
+
+
+def build_arith_model(out_dir: Path, *, hidden: int = 128, layers: int = 3, heads: int = 4, seed: int = 0) -> Path:
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    if hidden % heads or hidden // heads not in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512):
+        raise ValueError(f"head size {hidden}/{heads} is not one vLLM's CPU attention supports")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    config = Qwen2Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
+    )
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

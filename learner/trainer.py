@@ -1,0 +1,78 @@
+"""The learner actor's handle on its DeepSpeed engine.
+
+Every engine call runs in one worker thread (a capacity limiter of 1), so
+the event loop keeps serving the bus (acks, in_progress, heartbeats) while
+a step computes. This module turns scored groups into training items:
+advantages are computed per group (groups may have lost failed samples, so
+sizes differ), and the behaviour log-probs the rollout recorded travel with
+each item for truncated importance sampling.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from pathlib import Path
+
+import anyio
+import torch
+
+from rlvr.actors.bus import Bus
+from rlvr.learner.algos.advantages import compute_advantages
+from rlvr.learner.batching import TrainBatchItem
+from rlvr.learner.engine import LearnerEngine
+from rlvr.learner.engine_config import EngineConfig
+from rlvr.learner.publish import publish_weights
+from rlvr.protocol import Scored
+
+
+class Trainer:
+    def __init__(self, cfg: EngineConfig, *, seed: int) -> None:
+        self.cfg = cfg
+        self.seed = seed
+        self.engine: LearnerEngine | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def _call(self, fn, *args, **kwargs):
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
+
+    async def start(self, resume_dir: Path | None) -> None:
+        self.engine = await self._call(LearnerEngine, self.cfg, seed=self.seed)
+        if resume_dir is not None:
+            await self._call(self.engine.load_checkpoint, resume_dir)
+
+    def items(self, groups: list[list[Scored]]) -> list[TrainBatchItem]:
+        out = []
+        for group in groups:
+            rewards = torch.tensor([sc.verdict.reward for sc in group], dtype=torch.float32)
+            adv = compute_advantages(rewards, self.cfg.advantage)  # [G]
+            for sc, a in zip(group, adv.tolist(), strict=True):
+                s = sc.sample
+                out.append(TrainBatchItem(s.prompt_ids, s.completion.ids, s.completion.logprobs, a, s.sample_id))
+        return out
+
+    async def train(self, groups: list[list[Scored]]) -> dict[str, float]:
+        assert self.engine is not None
+        return await self._call(self.engine.train_step, self.items(groups))
+
+    async def sft(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
+        assert self.engine is not None
+        return await self._call(self.engine.sft_step, pairs)
+
+    async def save(self, directory: Path) -> None:
+        assert self.engine is not None
+        await self._call(self.engine.save_checkpoint, directory, {})
+
+    async def publish(self, bus: Bus, weights_root: Path, version: int, step: int) -> None:
+        """Export this version's weights and announce them; keep the last two exports."""
+        assert self.engine is not None
+        directory = weights_root / f"v{version}"
+        files = await self._call(self.engine.export_weights, directory)
+        dtype = self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")
+        await publish_weights(
+            bus, directory, files, version=version, step=step, dtype=dtype,
+            tied_embeddings=self.engine.tied_embeddings, transport="object_store",
+        )
+        for old in weights_root.glob("v*"):
+            if old.name[1:].isdigit() and int(old.name[1:]) < version - 1:
+                shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""MBPP (sanitized) reference solutions pass in call-based assert style, and
+a wrong solution fails."""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from rlvr.verify.code import CodeParams, score_code
+from rlvr.verify.sandbox import SandboxLimits, make_sandbox
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "mbpp" / "sanitized-mbpp.json"
+LIMITS = SandboxLimits(wall_s=20.0, cpu_s=20)
+
+
+def _entry_point(p: dict) -> str:
+    names = [n.name for n in ast.parse(p["code"]).body if isinstance(n, ast.FunctionDef)]
+    called = re.findall(r"([A-Za-z_]\w*)\(", p["test_list"][0])
+    return next(c for c in called if c in names)
+
+
+def _params(p: dict) -> CodeParams:
+    return msgspec.convert(
+        {"tests": {"entry_point": _entry_point(p), "asserts": p["test_list"]}, "setup": "\n".join(p["test_imports"])},
+        CodeParams,
+    )
+
+
+@pytest.fixture(scope="module")
+def sample() -> list[dict]:
+    if not DATA.exists():
+        pytest.skip(f"MBPP data not found at {DATA}")
+    problems = json.loads(DATA.read_text())
+    return random.Random(0).sample(problems, 40)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    box = make_sandbox("local")
+    yield box
+    box.close()
+
+
+def test_reference_solutions_pass(sample, sandbox):
+    failed = {}
+    for p in sample:
+        v = score_code(f"```python\n{p['code']}\n```", _params(p), sandbox, LIMITS)
+        if v.outcome != "ok":
+            failed[p["task_id"]] = v.detail
+        assert v.components["tests_total"] == len(p["test_list"])
+    assert failed == {}
+
+
+def test_stub_solutions_fail_every_assert(sample, sandbox):
+    for p in sample[:8]:
+        e = _entry_point(p)
+        v = score_code(f"```python\ndef {e}(*args):\n    return None\n```", _params(p), sandbox, LIMITS)
+        assert (v.outcome, v.reward, v.components["tests_passed"]) == ("wrong", 0.0, 0.0), p["task_id"]
