@@ -80,22 +80,11 @@ def format_record(rec: dict) -> str:
 
 
 def format_summary(s: dict) -> str:
-    rows = [
-        ("engine", s.get("engine")),
-        ("steps", s.get("steps")),
-        ("samples trained", s.get("samples_trained")),
-        ("pass@1 before", _pct(s.get("pass_at_1_before"))),
-        ("pass@1 after", _pct(s.get("pass_at_1_after"))),
-        ("drops", ", ".join(f"{k}={v}" for k, v in sorted((s.get("drops") or {}).items())) or "none"),
-        ("wall seconds", s.get("wall_seconds")),
-        ("exit code", s.get("exit_code")),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(["", "summary", *(f"  {k:<{width}}  {v}" for k, v in rows)])
+    from rlvr.learner.report import format_report  # stdlib only at import
+
+    return "\n".join(["", "summary", format_report(s), f"  {'exit code':<23}  {s.get('exit_code')}"])
 
 
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def make_display(mode: str, run_dir: Path):

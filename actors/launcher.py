@@ -90,6 +90,14 @@ def up_main(args: argparse.Namespace) -> int:
         server.stop()
     wall = time.monotonic() - started
     summary = _write_summary(run_dir, cfg, wall, code)
+    if (run_dir / "metrics.jsonl").exists():
+        try:
+            from rlvr.learner.report import summarize, write_plots
+
+            summary = summarize(run_dir)
+            display.info(f"plots: {len(write_plots(run_dir))} PNG files in {run_dir / 'plots'}")
+        except Exception as e:  # a report must not turn a finished run into a failure
+            display.error(f"report failed: {type(e).__name__}: {e}")
     display.finish(summary, run_dir)
     if stop["signal"] is not None and code == 0:
         display.info("stopped on request; the run dir keeps logs, metrics and checkpoints")

@@ -4,7 +4,7 @@ Layout under ``<out>/checkpoints``::
 
     step-000010/engine/        DeepSpeed checkpoint (model, optimizer, scheduler, RNG)
     step-000010/learner.json   LearnerState: step, version, feeder position, ledger, drops
-    ledger/step-000010.json    ids trained / dropped in the steps this checkpoint commits
+    ledger/commit-000004.json  ids trained / dropped since the previous commit (the 4th commit)
     latest                     "step-000010", replaced by rename only when all of the above is on disk
 
 A checkpoint that is half written when the process dies is never pointed to
@@ -31,6 +31,7 @@ class LearnerState(msgspec.Struct):
     ledger: LedgerState = msgspec.field(default_factory=LedgerState)
     drops: dict[str, int] = {}
     samples_trained: int = 0
+    commits: int = 0  # checkpoints committed so far; names the ledger files
     eval_history: list[dict] = []
     sft_done: bool = False
 
@@ -56,32 +57,34 @@ class CheckpointStore:
     def commit(self, state: LearnerState, entry: LedgerEntry) -> None:
         """Write learner state and ledger entry, then flip ``latest``. The
         engine checkpoint must already be in ``engine_dir(state.step)``."""
+        state.commits += 1
         d = self.step_dir(state.step)
         d.mkdir(parents=True, exist_ok=True)
         _atomic_write(d / "learner.json", msgspec.json.encode(state))
-        _atomic_write(self.root / "ledger" / f"step-{state.step:06d}.json", msgspec.json.encode(entry))
+        _atomic_write(self.root / "ledger" / f"commit-{state.commits:06d}.json", msgspec.json.encode(entry))
         _atomic_write(self.root / "latest", d.name.encode())
         self._prune(state.step)
 
     def load_latest(self) -> LearnerState | None:
         latest = self.root / "latest"
         if not latest.exists():
-            self._drop_ledgers_after(-1)
+            self._drop_ledgers_after(0)
             return None
         d = self.root / latest.read_text().strip()
         state = msgspec.json.decode((d / "learner.json").read_bytes(), type=LearnerState)
-        self._drop_ledgers_after(state.step)
+        self._drop_ledgers_after(state.commits)
         return state
 
     def ledger_entries(self) -> list[LedgerEntry]:
         return [
             msgspec.json.decode(p.read_bytes(), type=LedgerEntry)
-            for p in sorted((self.root / "ledger").glob("step-*.json"))
+            for p in sorted((self.root / "ledger").glob("commit-*.json"))
         ]
 
-    def _drop_ledgers_after(self, step: int) -> None:
-        for p in (self.root / "ledger").glob("step-*.json"):
-            if int(p.stem.split("-")[1]) > step:
+    def _drop_ledgers_after(self, commits: int) -> None:
+        # An entry written by a commit whose `latest` flip never happened.
+        for p in (self.root / "ledger").glob("commit-*.json"):
+            if int(p.stem.split("-")[1]) > commits:
                 p.unlink()
 
     def _prune(self, current: int) -> None:

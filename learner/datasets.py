@@ -12,6 +12,7 @@ Adapters are pure and deterministic for a seed; they do not know about NATS.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import random
@@ -199,9 +200,10 @@ def _shared(cfg: SharedDataset) -> list[TaskSpec]:
             out.append(TaskSpec(cfg.name, i, prompt, VerifierSpec("math", {"gold": gold}), level, r["solution"]))
     elif cfg.name == "mbpp":
         for i, r in enumerate(_read_records(root / "mbpp" / "sanitized-mbpp.json")):
-            # The function the asserts call, e.g. "assert similar_elements(...) == ...".
-            entry = re.match(r"assert\s+(?:set\()?\s*([A-Za-z_]\w*)\s*\(", r["test_list"][0])
-            tests = {"entry_point": entry.group(1) if entry else "solution", "asserts": r["test_list"]}
+            # The entry point: the function the reference defines and the first assert calls.
+            defined = {n.name for n in ast.parse(r["code"]).body if isinstance(n, ast.FunctionDef)}
+            called = re.findall(r"([A-Za-z_]\w*)\s*\(", r["test_list"][0])
+            tests = {"entry_point": next(c for c in called if c in defined), "asserts": r["test_list"]}
             params = {"tests": tests, "setup": "\n".join(r.get("test_imports", []))}
             prompt = _CODE_INSTRUCTION.format(text=r["prompt"] + "\nTests:\n" + "\n".join(r["test_list"][:1]))
             out.append(TaskSpec("mbpp", i, prompt, VerifierSpec("code", params)))

