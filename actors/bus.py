@@ -120,11 +120,15 @@ class Bus:
                 # Exists with another config (an upgrade changed a limit): update in place.
                 await self.js.update_stream(config)
         try:
-            await self.js.create_key_value(bucket=self.names.kv_bucket, history=1, storage=storage)
+            await self.js.create_key_value(
+                bucket=self.names.kv_bucket, history=1, storage=storage, replicas=self.cfg.replicas
+            )
         except BadRequestError:
             pass
         try:
-            await self.js.create_object_store(bucket=self.names.weights_bucket, storage=storage)
+            await self.js.create_object_store(
+                bucket=self.names.weights_bucket, storage=storage, replicas=self.cfg.replicas
+            )
         except BadRequestError:
             pass
 

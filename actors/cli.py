@@ -130,7 +130,10 @@ def _run_command(cmd: str, args: argparse.Namespace) -> int:
     if cmd == "config-doc":
         from rlvr.actors.config_doc import config_doc
 
-        print(config_doc())
+        try:
+            print(config_doc())
+        except BrokenPipeError:  # `rlvr-actor config-doc | head`
+            sys.stderr.close()
         return 0
     raise AssertionError(cmd)
 

@@ -70,6 +70,7 @@ class BusConfig(Struct, frozen=True, forbid_unknown_fields=True):
 class ObservabilityConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # "auto": readable on a TTY, JSON lines otherwise.
     log_format: Literal["auto", "json", "console"] = "auto"
+    # Least severe log level printed; library (stdlib) logs are never below "warning".
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Span exporter when OTEL_EXPORTER_OTLP_ENDPOINT is unset (set, it always wins).
     trace_exporter: Literal["none", "console", "file"] = "none"
@@ -80,7 +81,9 @@ class ObservabilityConfig(Struct, frozen=True, forbid_unknown_fields=True):
 class UpConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Where `rlvr-actor up` creates the run directory (<runs_dir>/<run>-<timestamp>).
     runs_dir: str = "runs"
+    # Rollout replicas (child processes) to start; raise it when verifiers wait on generation.
     rollout_replicas: Annotated[int, Meta(ge=0)] = 1
+    # Verifier replicas to start, each with verify.pool_size workers; raise it when scoring lags generation.
     verify_replicas: Annotated[int, Meta(ge=0)] = 2
     # Threads per child process (OMP_NUM_THREADS); 0 leaves the environment alone.
     threads_per_process: Annotated[int, Meta(ge=0)] = 1
@@ -95,12 +98,19 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
     run: str = "demo"
     # Seed for every random choice of the run (feeder order, sampling, init).
     seed: int = 0
+    # Connection to the NATS server.
     nats: NatsConfig = NatsConfig()
+    # JetStream streams and consumers: redelivery, retention, heartbeats, shutdown.
     bus: BusConfig = BusConfig()
+    # Logs and traces of every role.
     observability: ObservabilityConfig = ObservabilityConfig()
+    # The rollout role: generation engine and how many tasks a replica works on.
     rollout: RolloutConfig = RolloutConfig()
+    # The verifier role: worker pool, timeouts and the code sandbox.
     verify: VerifyConfig = VerifyConfig()
+    # The learner role: dataset, group assembly and filtering, evaluation and the optimizer.
     learn: LearnConfig = LearnConfig()
+    # `rlvr-actor up` only: run directory, replica counts and the display.
     up: UpConfig = UpConfig()
 
     def __post_init__(self) -> None:

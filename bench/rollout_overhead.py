@@ -10,9 +10,12 @@ One run, same prompts, group size, sampling and concurrency on both paths:
   The clock runs from the first task published to the last sample received.
 
 Both engines stay up for the whole run and are warmed up first; the paths
-alternate for ``--rounds`` rounds so that load from other processes on the
-machine hits both alike. The overhead is ``1 - bus / direct`` on the median
-tokens/s (and, per round, paired with the direct run just before it).
+alternate for ``--rounds`` rounds in ABBA order, so that load from other
+processes on the machine hits both alike. The overhead is ``1 - bus / direct`` on the median
+tokens/s (and, per round, paired with that round's direct run). On a shared
+host wall-clock figures swing with other load, so the CPU seconds per token
+of every process of the run (this one, the replica and its engine processes,
+nats-server) are reported too: ``cpu_overhead_median``.
 
     python bench/rollout_overhead.py --engine hf --groups 48 --n 8 --max-tokens 32 --concurrency 8 --rounds 3
 
@@ -54,6 +57,29 @@ class BusResult(msgspec.Struct, frozen=True):
     seconds: float
     tokens_per_s: float
     samples_per_s: float
+
+
+def _tree_cpu_s() -> float:
+    """User + system CPU seconds of this process and all its descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        f = raw[raw.rindex(")") + 2 :].split()
+        stats[int(entry)] = (int(f[1]), (int(f[11]) + int(f[12])) / tick)  # ppid, utime + stime
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _) in stats.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return sum(stats[pid][1] for pid in tree if pid in stats)
 
 
 def _tasks(prompts: list[str], n: int, sampling: SamplingParams, tag: str) -> list[Task]:
@@ -144,11 +170,20 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict:
             await measure_bus(nc, _tasks(prompts[: args.concurrency], args.n, sampling, "warm"), timeout_s=600)
             rounds = []
             for r in range(args.rounds):
-                direct = await measure_direct(engine, prompts, args.n, sampling, args.concurrency)
-                bus = await measure_bus(nc, _tasks(prompts, args.n, sampling, f"r{r}"), timeout_s=600)
-                rounds.append({"direct": msgspec.to_builtins(direct), "bus": msgspec.to_builtins(bus)})
+                # ABBA order: a drift in background load does not favour either path.
+                for path in ("direct", "bus") if r % 2 == 0 else ("bus", "direct"):
+                    cpu0 = _tree_cpu_s()
+                    if path == "direct":
+                        direct = await measure_direct(engine, prompts, args.n, sampling, args.concurrency)
+                        direct_cpu = _tree_cpu_s() - cpu0
+                    else:
+                        bus = await measure_bus(nc, _tasks(prompts, args.n, sampling, f"r{r}"), timeout_s=600)
+                        bus_cpu = _tree_cpu_s() - cpu0
+                rounds.append({"direct": msgspec.to_builtins(direct), "bus": msgspec.to_builtins(bus),
+                               "direct_cpu_s": round(direct_cpu, 3), "bus_cpu_s": round(bus_cpu, 3)})
                 print(json.dumps({"round": r, "direct_tokens_per_s": round(direct.tokens_per_s, 1),
                                   "bus_tokens_per_s": round(bus.tokens_per_s, 1),
+                                  "direct_cpu_s": round(direct_cpu, 3), "bus_cpu_s": round(bus_cpu, 3),
                                   "direct_tokens": direct.tokens, "bus_tokens": bus.tokens}), flush=True)
         finally:
             await engine.close()
@@ -162,9 +197,14 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict:
         "concurrency": args.concurrency, "rounds": args.rounds, "threads": args.threads,
         "direct_tokens_per_s_median": round(direct_tps, 1), "bus_tokens_per_s_median": round(bus_tps, 1),
         "overhead": round(1.0 - bus_tps / direct_tps, 4),
-        # Each round's bus run against the direct run just before it (robust to slow drifts in load).
+        # Each round's bus run against its own direct run (robust to slow drifts in load).
         "overhead_paired_median": round(statistics.median(
             1.0 - x["bus"]["tokens_per_s"] / x["direct"]["tokens_per_s"] for x in rounds), 4),
+        # CPU seconds per token of every process in the run (this one, the replica
+        # with its engine processes, nats-server): insensitive to other load on the host.
+        "cpu_overhead_median": round(statistics.median(
+            (x["bus_cpu_s"] / x["bus"]["tokens"]) / (x["direct_cpu_s"] / x["direct"]["tokens"]) - 1.0
+            for x in rounds), 4),
         "per_round": rounds,
     }
 

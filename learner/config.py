@@ -29,6 +29,10 @@ class ArithmeticDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="ar
     max_operand: Annotated[int, Meta(ge=1)] = 99
     # Problems held out for evaluation, removed from training by exact match.
     holdout: Annotated[int, Meta(ge=0)] = 500
+    # Write operands with leading zeros ("07+45="), so every prompt has the
+    # same length and each digit the same position: a tiny model learns
+    # column arithmetic much faster (the experiment in DESIGN.md left-padded).
+    pad_operands: bool = True
     # Verifier that scores the answers; "{gold}" in its params becomes the answer.
     verifier: VerifierSpec = VerifierSpec(name="exact", params={"gold": "{gold}"})
 
@@ -36,27 +40,36 @@ class ArithmeticDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="ar
 class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl", tag_field="kind"):
     """Any JSONL or Parquet file with a prompt column and a gold-answer column."""
 
+    # The file: JSON lines (gzipped if it ends in .gz), a .json array of records, or .parquet.
     path: str
+    # Record field holding the prompt text (a record without it is an error).
     prompt_field: str = "prompt"
+    # Record field holding the gold answer (passed to the verifier as params.gold).
     answer_field: str = "answer"
     # Verifier name; the gold answer is passed as params.gold unless `tests_field` is set.
     verifier: str = "math"
+    # Record field holding tests for code tasks, passed as params.tests instead of the
+    # answer ("" = use answer_field).
     tests_field: str = ""
     # A full verifier spec instead (e.g. a composite); "{gold}" / "{tests}" in
     # its params are replaced by the record's answer / tests.
     verifier_spec: VerifierSpec | None = None
+    # Records held out for evaluation (a seeded random choice), never trained on.
     holdout: Annotated[int, Meta(ge=0)] = 0
 
 
 class SharedDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="shared", tag_field="kind"):
     """One of the public sets in shared/data, through its adapter."""
 
+    # Which set: GSM8K, MATH (its test set), MATH-500, MBPP (sanitized) or HumanEval.
     name: Literal["gsm8k", "math", "math500", "mbpp", "humaneval"]
     # Directory holding shared/data ("" = ../shared/data beside the repo).
     root: str = ""
+    # GSM8K file to read; the other sets ship one file each and ignore it.
     split: Literal["train", "test"] = "train"
     # MATH levels to keep (empty = all).
     levels: tuple[int, ...] = ()
+    # Records held out for evaluation (a seeded random choice), never trained on.
     holdout: Annotated[int, Meta(ge=0)] = 0
     # Override the adapter's verifier (math for GSM8K/MATH, code for MBPP/HumanEval),
     # e.g. with a composite adding a format reward and overlong shaping;
@@ -74,7 +87,10 @@ class EvalConfig(Struct, frozen=True, forbid_unknown_fields=True):
     prompts: Annotated[int, Meta(ge=0)] = 0
     # Completions per prompt; pass@k is reported for every k in `ks` that is <= n.
     n: PositiveInt = 8
+    # The k of each pass@k to report (unbiased estimator over the n completions).
     ks: tuple[int, ...] = (1, 8)
+    # Sampling temperature of evaluation (0 = greedy); top_p, top_k, max_tokens and
+    # stop come from learn.sampling.
     temperature: Annotated[float, Meta(ge=0)] = 1.0
     # Seconds an evaluation round may take before it reports what it has.
     timeout_s: Annotated[float, Meta(gt=0)] = 600.0
@@ -88,24 +104,32 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
     kind: Literal["tiny_arithmetic"] = "tiny_arithmetic"
     # Model size of the tiny model.
     hidden: Annotated[int, Meta(ge=8)] = 128
+    # Transformer layers of the tiny model.
     layers: Annotated[int, Meta(ge=1)] = 3
+    # Attention heads; hidden / heads must be a head size vLLM's CPU attention supports (32, 64, ...).
     heads: Annotated[int, Meta(ge=1)] = 4
     # Cold-start SFT: stop once greedy held-out pass@1 reaches this target...
     sft_target_pass_at_1: Annotated[float, Meta(ge=0, le=1)] = 0.2
     # ...checked every this many SFT steps, giving up after sft_max_steps.
     sft_check_every: PositiveInt = 50
+    # SFT steps at most: the warm-up ends there even below the target.
     sft_max_steps: PositiveInt = 2000
+    # Training problems per SFT step (drawn from the train split).
     sft_batch: PositiveInt = 128
+    # AdamW learning rate of the SFT warm-up (betas 0.9, 0.99; gradients clipped at 1.0).
     sft_lr: Annotated[float, Meta(gt=0)] = 2e-3
+    # SFT steps of linear learning-rate warm-up from 0.
     sft_warmup_steps: Annotated[int, Meta(ge=0)] = 50
     # Held-out prompts the greedy check uses.
     sft_check_prompts: PositiveInt = 200
 
 
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    # Where training and held-out prompts come from: kind = "arithmetic" | "jsonl" | "shared".
     dataset: DatasetConfig = ArithmeticDataset()
     # Completions per prompt (the GRPO group size G).
     group_size: PositiveInt = 8
+    # How rollouts sample training completions ([learn.eval] sets its own temperature).
     sampling: SamplingParams = SamplingParams(temperature=1.0, max_tokens=16)
     # Groups that make one optimizer step (B prompts).
     groups_per_step: PositiveInt = 8
@@ -117,6 +141,7 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_inflight_tasks: Annotated[int, Meta(ge=0)] = 0
     # DAPO dynamic sampling: drop groups whose reward std is <= zero_variance_eps.
     dynamic_sampling: bool = True
+    # Population std of a group's rewards at or below which dynamic sampling drops it.
     zero_variance_eps: Annotated[float, Meta(ge=0)] = 1e-6
     # A group not complete after this many seconds is dropped as "partial".
     group_timeout_s: Annotated[float, Meta(gt=0)] = 600.0
@@ -127,6 +152,7 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Task order: "none" (seeded shuffle per epoch), "by_level" (easy first),
     # "pass_rate" (skip prompts the policy always or never solves).
     curriculum: Literal["none", "by_level", "pass_rate"] = "none"
+    # pass@k on held-out prompts before, during and after RL (off while eval.prompts = 0).
     eval: EvalConfig = EvalConfig()
     # A preparation step for `up` (the built-in example's model and warm-up).
     prepare: PrepareConfig | None = None

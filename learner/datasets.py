@@ -105,6 +105,7 @@ def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
     ]
     rng = random.Random(seed)
     rng.shuffle(problems)
+    width = len(str(cfg.max_operand))
     if cfg.holdout >= len(problems):
         raise DatasetError(f"holdout {cfg.holdout} >= {len(problems)} possible problems")
 
@@ -114,7 +115,7 @@ def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
         return TaskSpec(
             dataset="arithmetic",
             index=i,
-            prompt=f"{a}{op}{b}=",
+            prompt=f"{a:0{width}d}{op}{b:0{width}d}=" if cfg.pad_operands else f"{a}{op}{b}=",
             verifier=fill_spec(cfg.verifier, gold=gold),
             level=len(str(max(a, b))),
             reference=gold,

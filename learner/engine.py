@@ -240,7 +240,14 @@ class LearnerEngine:
             "tokens_per_s": tokens / max(elapsed, 1e-9),
         }
 
-    def train_step(self, items: list[TrainBatchItem]) -> dict[str, float]:
+    def train_step(
+        self,
+        items: list[TrainBatchItem],
+        *,
+        num_tokens: float | None = None,
+        num_sequences: float | None = None,
+        min_micro_batches: int = 0,
+    ) -> dict[str, float]:
         """One optimizer step of the policy loss over all ``items``.
 
         π_old is the detached recomputed log-prob: each batch gets exactly one
@@ -248,15 +255,23 @@ class LearnerEngine:
         value (clipping cannot trigger, clip_frac is 0) while its gradient is
         ∇log π. Off-policy lag between the rollout weights and these weights
         is corrected by truncated IS against ``behaviour_logprobs``.
+
+        Data parallel (learner/ranks.py): ``items`` is this rank's share,
+        ``num_tokens``/``num_sequences`` replace its own counts as the loss
+        normalisers, and ``min_micro_batches`` pads with empty micro-batches
+        so every rank runs as many forward/backward passes as the busiest one
+        (a pass is a collective under ZeRO-2/3); the share may then be empty.
         """
         started = time.perf_counter()
         self._maybe_refresh_ref()
-        mbs = micro_batches(items, self.cfg.micro_batch_tokens, self.cfg.pad_token_id)
-        num_tokens = float(sum(int(mb.loss_mask.sum()) for mb in mbs))
-        num_sequences = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
+        mbs = self._micro_batches(items, min_micro_batches)
+        if num_tokens is None:
+            num_tokens = float(sum(int(mb.loss_mask.sum()) for mb in mbs))
+        if num_sequences is None:
+            num_sequences = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
         self.ds.train()
         acc, loss_total = _Metrics(), 0.0
-        for mb in mbs:
+        for mb in mbs + self._padding(min_micro_batches - len(mbs)):
             logp, entropy = self._token_logprobs(mb, self.ds, self.cfg.temperature, with_entropy=True)
             ref = None
             if self._ref is not None:
@@ -278,23 +293,47 @@ class LearnerEngine:
             )
             # The loss is already this micro-batch's share of the full-batch loss.
             self.ds.backward(out.loss, scale_wrt_gas=False)
-            acc.add(out.metrics)
+            if mb.sample_ids:  # padding has no metrics
+                acc.add(out.metrics)
             loss_total += float(out.loss.detach())
         return {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs)}
 
-    def sft_step(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
-        """One optimizer step of cross-entropy on the response tokens (token mean, T = 1)."""
+    def sft_step(
+        self, pairs: list[tuple[list[int], list[int]]], *, num_tokens: float | None = None, min_micro_batches: int = 0
+    ) -> dict[str, float]:
+        """One optimizer step of cross-entropy on the response tokens (token
+        mean, T = 1). Data parallel: as ``train_step``."""
         started = time.perf_counter()
-        mbs = micro_batches(sft_items(pairs), self.cfg.micro_batch_tokens, self.cfg.pad_token_id)
-        num_tokens = float(sum(int(mb.loss_mask.sum()) for mb in mbs))
+        mbs = self._micro_batches(sft_items(pairs), min_micro_batches)
+        if num_tokens is None:
+            num_tokens = float(sum(int(mb.loss_mask.sum()) for mb in mbs))
         self.ds.train()
         loss_total = 0.0
-        for mb in mbs:
+        for mb in mbs + self._padding(min_micro_batches - len(mbs)):
             logp, _ = self._token_logprobs(mb, self.ds, 1.0)
             loss = -(logp * mb.loss_mask.to(self._device)).sum() / num_tokens
             self.ds.backward(loss, scale_wrt_gas=False)
             loss_total += float(loss.detach())
         return {"loss": loss_total, **self._apply_step(started, mbs)}
+
+    def _micro_batches(self, items: list[TrainBatchItem], min_micro_batches: int) -> list[MicroBatch]:
+        if not items and min_micro_batches > 0:
+            return []  # a data-parallel rank with no share this step: padding only
+        return micro_batches(items, self.cfg.micro_batch_tokens, self.cfg.pad_token_id)
+
+    def _padding(self, count: int) -> list[MicroBatch]:
+        """Empty micro-batches: two pad tokens, no loss token, so the loss is
+        exactly 0 and the gradient adds nothing, but the pass still runs."""
+        pad = self.cfg.pad_token_id
+        empty = MicroBatch(
+            input_ids=torch.full((1, 2), pad, dtype=torch.int64),
+            attention_mask=torch.ones((1, 2), dtype=torch.int64),
+            loss_mask=torch.zeros((1, 1), dtype=torch.bool),
+            behaviour_logprobs=torch.zeros((1, 1), dtype=torch.float32),
+            advantages=torch.zeros(1, dtype=torch.float32),
+            sample_ids=(),
+        )
+        return [empty] * max(0, count)
 
     # ---- reference model -----------------------------------------------
     def _maybe_refresh_ref(self) -> None:

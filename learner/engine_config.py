@@ -21,23 +21,31 @@ class OptimizerConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """torch.optim.AdamW hyper-parameters (a torch optimizer, so DeepSpeed
     builds no C++ optimizer op)."""
 
+    # Peak learning rate; the schedule scales it step by step.
     lr: Annotated[float, Meta(gt=0.0)] = 1e-6
+    # AdamW (beta1, beta2): decay rates of the gradient and squared-gradient averages.
     betas: tuple[float, float] = (0.9, 0.999)
+    # Decoupled weight decay, applied to every parameter (biases and norms included).
     weight_decay: Annotated[float, Meta(ge=0.0)] = 0.0
+    # Added to AdamW's denominator sqrt(v) for numerical stability.
     eps: Annotated[float, Meta(gt=0.0)] = 1e-8
 
 
 class ConstantSchedule(Struct, frozen=True, forbid_unknown_fields=True, tag="constant"):
     """Linear warm-up from 0 over ``warmup_steps``, then a constant LR."""
 
+    # Optimizer steps of linear warm-up to the full lr (0 = none).
     warmup_steps: Annotated[int, Meta(ge=0)] = 0
 
 
 class CosineSchedule(Struct, frozen=True, forbid_unknown_fields=True, tag="cosine"):
     """Linear warm-up, then cosine decay to ``min_lr_ratio * lr`` at ``total_steps``."""
 
+    # Optimizer step at which the decay reaches min_lr_ratio * lr (it stays there after); usually learn.steps.
     total_steps: Annotated[int, Meta(gt=0)]
+    # Optimizer steps of linear warm-up to the full lr (0 = none), before the decay starts.
     warmup_steps: Annotated[int, Meta(ge=0)] = 0
+    # Final learning rate as a fraction of optimizer.lr.
     min_lr_ratio: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.0
 
 
@@ -47,26 +55,38 @@ ExportDtype = Literal["bf16", "fp16", "fp32"]
 
 class EngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
     model_path: str  # a Hugging Face model folder (config.json + weights)
+    # DeepSpeed ZeRO stage: 0 plain data parallel; 1 shards optimizer states across ranks,
+    # 2 also gradients, 3 also the parameters (for a model that does not fit on one GPU).
     zero_stage: Literal[0, 1, 2, 3] = 2
     bf16: bool = False  # bf16 weights and activations, fp32 master weights in the optimizer
+    # Recompute activations in the backward pass: less memory for an extra forward;
+    # turn on when long micro-batches run out of memory.
     gradient_checkpointing: bool = False
     offload_optimizer: bool = False  # ZeRO >= 1: optimizer states in CPU memory
     # Micro-batches hold at most this many *padded* tokens (rows x longest row);
     # a sample longer than this gets a micro-batch of its own.
     micro_batch_tokens: Annotated[int, Meta(gt=0)] = 4096
+    # Learning rate, betas, weight decay.
     optimizer: OptimizerConfig = OptimizerConfig()
+    # Learning-rate schedule over optimizer steps: type = "constant" | "cosine", both with warm-up.
     schedule: Schedule = ConstantSchedule()
+    # Clip the global gradient norm to this value before each step; unset: no clipping.
     grad_clip: Annotated[float, Meta(gt=0.0)] | None = 1.0
     # The rollout engine samples from softmax(logits / T); the learner's
     # log-probs must be of the same distribution.
     temperature: Annotated[float, Meta(gt=0.0)] = 1.0
+    # The policy loss: PPO clip bounds, dual-clip, TIS cap, KL penalty and aggregation.
     loss: PolicyLossConfig = PolicyLossConfig()
     advantage: AdvantageConfig = AdvantageConfig()  # used by the actor's group assembly
     # Reference model for the KL term (only built when loss.kl_coef > 0):
     # replaced by the current policy every N steps; None keeps the initial one.
     ref_update_every: Annotated[int, Meta(gt=0)] | None = None
     export_dtype: ExportDtype | None = None  # weights published to rollouts; None: bf16 if bf16 else fp32
+    # Tensor bytes per safetensors file of published weights; more is split into shards
+    # (a tensor is never split, so one larger than this gets a file of its own).
     export_shard_bytes: Annotated[int, Meta(gt=0)] = 1 << 30
+    # Token id that right-pads micro-batch rows; padding is masked out of attention and loss,
+    # so any valid id works (the tokenizer's pad id is the natural choice).
     pad_token_id: Annotated[int, Meta(ge=0)] = 0
 
 

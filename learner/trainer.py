@@ -6,6 +6,10 @@ a step computes. This module turns scored groups into training items:
 advantages are computed per group (groups may have lost failed samples, so
 sizes differ), and the behaviour log-probs the rollout recorded travel with
 each item for truncated importance sampling.
+
+With several ranks (a launcher set WORLD_SIZE > 1) this is rank 0's handle:
+each operation goes through ``RankGroup``, which sends it to the follower
+ranks and trains on rank 0's share of the batch (learner/ranks.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from rlvr.learner.batching import TrainBatchItem
 from rlvr.learner.engine import LearnerEngine
 from rlvr.learner.engine_config import EngineConfig
 from rlvr.learner.publish import publish_weights
+from rlvr.learner.ranks import RankGroup
 from rlvr.protocol import Scored
 
 
@@ -30,16 +35,21 @@ class Trainer:
     def __init__(self, cfg: EngineConfig, *, seed: int) -> None:
         self.cfg = cfg
         self.seed = seed
-        self.engine: LearnerEngine | None = None
+        self.ranks: RankGroup | None = None
         self._limiter = anyio.CapacityLimiter(1)
+
+    @property
+    def engine(self) -> LearnerEngine | None:
+        """This rank's engine (rank 0's when there are several)."""
+        return self.ranks.engine if self.ranks is not None else None
 
     async def _call(self, fn, *args, **kwargs):
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
 
     async def start(self, resume_dir: Path | None) -> None:
-        self.engine = await self._call(LearnerEngine, self.cfg, seed=self.seed)
+        self.ranks = await self._call(RankGroup, self.cfg, self.seed)
         if resume_dir is not None:
-            await self._call(self.engine.load_checkpoint, resume_dir)
+            await self._call(self.ranks.load, resume_dir)
 
     def items(self, groups: list[list[Scored]]) -> list[TrainBatchItem]:
         out = []
@@ -52,22 +62,40 @@ class Trainer:
         return out
 
     async def train(self, groups: list[list[Scored]]) -> dict[str, float]:
-        assert self.engine is not None
-        return await self._call(self.engine.train_step, self.items(groups))
+        return await self.train_items(self.items(groups))
+
+    async def train_items(self, items: list[TrainBatchItem]) -> dict[str, float]:
+        """One optimizer step on ``items`` (split across the ranks); the batch's metrics."""
+        assert self.ranks is not None
+        return await self._call(self.ranks.train, items)
 
     async def sft(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
-        assert self.engine is not None
-        return await self._call(self.engine.sft_step, pairs)
+        assert self.ranks is not None
+        return await self._call(self.ranks.sft, pairs)
 
     async def save(self, directory: Path) -> None:
-        assert self.engine is not None
-        await self._call(self.engine.save_checkpoint, directory, {})
+        assert self.ranks is not None
+        await self._call(self.ranks.save, directory, {})
+
+    async def export(self, directory: Path) -> list[tuple[str, str, int]]:
+        """Consolidated weights as safetensors in ``directory`` (written by rank 0 only)."""
+        assert self.ranks is not None
+        return await self._call(self.ranks.export, directory)
+
+    async def close(self) -> None:
+        """Stop the follower ranks and release the engine."""
+        if self.ranks is not None:
+            await self._call(self.ranks.close)
 
     async def publish(self, bus: Bus, weights_root: Path, version: int, step: int) -> None:
         """Export this version's weights and announce them; keep the last two exports."""
         assert self.engine is not None
         directory = weights_root / f"v{version}"
-        files = await self._call(self.engine.export_weights, directory)
+        files = await self.export(directory)
+        # A complete HF folder (config, tokenizer): `rlvr-actor eval --checkpoint` loads it as is.
+        for f in Path(self.cfg.model_path).iterdir():
+            if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json", ".bin")):
+                shutil.copy(f, directory / f.name)
         dtype = self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")
         await publish_weights(
             bus, directory, files, version=version, step=step, dtype=dtype,

@@ -29,11 +29,21 @@ class SamplingParams(Struct, frozen=True, omit_defaults=True):
     where the engine supports it.
     """
 
+    # Softmax temperature of sampling; 0 = greedy. In [learn.sampling] it must equal
+    # learn.engine.temperature (the learner recomputes log-probs at it).
     temperature: Annotated[float, Meta(ge=0.0)] = 1.0
+    # Nucleus sampling: sample from the smallest set of tokens whose probability reaches top_p (1 = off).
     top_p: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    # Sample only from the k most likely tokens (-1 or 0 = off).
     top_k: int = -1
+    # Most new tokens per completion (EOS included); a completion cut here finishes with "length".
+    # vllm also caps it at max_model_len minus the prompt.
     max_tokens: PositiveInt = 256
+    # Strings that end a completion: its text stops before the string, its ids keep the
+    # token that completed it. EOS always stops.
     stop: tuple[str, ...] = ()
+    # Makes a group reproducible (vllm: completion i uses seed + i; hf: reseeds torch);
+    # unset = the engine's running random state.
     seed: int | None = None
 
 
@@ -45,7 +55,11 @@ class VerifierSpec(Struct, frozen=True, omit_defaults=True):
     and a bad parameter becomes a dead letter that names it.
     """
 
+    # A built-in verifier (exact, regex, format, composite, math, code) or
+    # "package.module:ATTR" naming a module-level Verifier object.
     name: str
+    # That verifier's parameters (e.g. gold, tests), converted to its typed params
+    # struct; an unknown or ill-typed one dead-letters the task's samples.
     params: dict[str, Any] = {}
 
 

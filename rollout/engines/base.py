@@ -91,24 +91,39 @@ class Engine(Protocol):
 
 class HFEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="hf", tag_field="kind"):
     model: str  # local folder with config.json, tokenizer and safetensors
+    # torch dtype the weights are loaded in ("auto" = float32).
     dtype: Dtype = "float32"
+    # A longer prompt (after the chat template) is not generated: the task gets n empty "abort" completions.
     max_prompt_tokens: Annotated[int, Meta(gt=0)] = 1024
+    # torch device the model runs on ("cpu", "cuda", "cuda:1").
     device: str = "cpu"
     max_batch: Annotated[int, Meta(gt=0)] = 64  # sequences per transformers.generate call
 
 
 class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="vllm", tag_field="kind"):
+    # Local folder with config.json, tokenizer and safetensors (the initial policy).
     model: str
+    # dtype of weights and activations; "auto" is vLLM's rule: float16 for float32 and
+    # float16 checkpoints, bfloat16 for bfloat16 ones.
     dtype: Dtype = "auto"
+    # Longest prompt + completion, in tokens; a completion stops ("length") when it reaches it.
     max_model_len: Annotated[int, Meta(gt=0)] = 4096
+    # A longer prompt (after the chat template) is not generated: the task gets n empty "abort"
+    # completions. Must be below max_model_len.
     max_prompt_tokens: Annotated[int, Meta(gt=0)] = 1024
+    # GPUs one replica shards the model across (tensor parallelism).
     tensor_parallel_size: Annotated[int, Meta(gt=0)] = 1
+    # Fraction of GPU memory vLLM may take for weights and KV cache; lower it when the GPU is shared.
     gpu_memory_utilization: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.9
     # Required on CPU (or env VLLM_CPU_KVCACHE_SPACE in GiB); on GPU None lets
     # vLLM size the cache from gpu_memory_utilization.
     kv_cache_memory_bytes: Annotated[int, Meta(gt=0)] | None = None
+    # No CUDA graphs: faster start and less memory, slower decoding. Required on CPU;
+    # set false on a GPU for throughput.
     enforce_eager: bool = True
+    # Sequences vLLM decodes together (a group of n counts n); more wait for a free slot.
     max_num_seqs: Annotated[int, Meta(gt=0)] = 256
+    # vLLM's global seed; a task's sampling.seed, when set, takes precedence for its group.
     seed: int = 0
     extra: dict[str, Any] = {}  # passed through to vllm AsyncEngineArgs as keyword arguments
 
@@ -122,7 +137,10 @@ class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
 class TrivialEngineConfig(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="trivial", tag_field="kind"
 ):
+    # Probability that an answer is right; otherwise it is off by 1 to 3. A prompt
+    # that does not end in "a+b=" (or - or *) is answered "?".
     accuracy: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
+    # Seed of the answer draws; with a task's sampling.seed they depend on both seeds and the prompt.
     seed: int = 0
     # Test aid: when set, every generation waits until this file exists, so a
     # bus test can hold a task inside a replica (kill it, stop it) on purpose.

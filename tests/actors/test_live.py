@@ -94,7 +94,7 @@ def test_live_display_reads_run_dir_and_finishes_with_the_summary(tmp_path):
     assert "nats-server on nats://127.0.0.1:1" in text and "ERROR: rollout-0 is slow" in text
     assert "[up] [sft] step 50 greedy pass@1 0.12 [/bold]" in text
     assert "3/10" in text and "reward 0.500" in text and "waiting for NATS" in text
-    assert "pass@1 after" in text and "50.0%" in text and f"run dir: {run_dir}" in text
+    assert "pass@1 before -> after" in text and "50.0%" in text and f"run dir: {run_dir}" in text
 
 
 def test_eval_phases_are_inferred_from_the_records():

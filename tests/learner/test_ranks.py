@@ -1,0 +1,269 @@
+"""Data-parallel learner ranks on CPU (gloo): rank 0 drives a few steps
+through ``Trainer`` (the actor's own command path), rank 1 is a real
+``rlvr-actor --role learn`` follower. Followers run every step, the final
+weights equal a single-process run on the same full batches, and a killed
+(or frozen) rank 0 makes the follower exit non-zero instead of hanging.
+
+Run as a script, this file is the rank-0 driver: ``python -m
+tests.learner.test_ranks lead CONFIG OUT [--wait]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr.learner.batching import TrainBatchItem
+from rlvr.learner.ranks import EXIT_LEADER_LOST, Train, merge_metrics, shard_train
+
+REPO = Path(__file__).resolve().parents[2]
+STEP_SIZES = (5, 1, 4)  # 5: uneven shards; 1: rank 1 has an empty share (padding only)
+MICRO_BATCH_TOKENS = 24
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def batch(step: int, size: int, vocab: int) -> list[TrainBatchItem]:
+    """``size`` samples of different lengths, seeded by the step."""
+    import random
+
+    rng = random.Random(step)
+    items = []
+    for i in range(size):
+        n = rng.randint(2, 9)
+        prompt = [rng.randrange(3, vocab) for _ in range(rng.randint(2, 5))]
+        completion = [rng.randrange(3, vocab) for _ in range(n)]
+        behaviour = [-math.log(vocab) + rng.gauss(0, 0.3) for _ in range(n)]
+        items.append(TrainBatchItem(prompt, completion, behaviour, rng.choice((-1.0, -0.5, 0.5, 1.0)), f"s{step}/{i}"))
+    return items
+
+
+# ---- pure pieces ----------------------------------------------------------------
+
+
+def test_shards_carry_global_normalisers_and_the_busiest_micro_batch_count():
+    items = batch(0, 5, 64)
+    shards = shard_train(items, 2, MICRO_BATCH_TOKENS)
+    assert [s.items for s in shards] == [items[0::2], items[1::2]]
+    tokens = sum(len(it.completion_ids) for it in items)
+    assert all(s.num_tokens == tokens / 2 and s.num_sequences == 5 / 2 for s in shards)
+    from rlvr.learner.batching import pack_by_tokens
+
+    counts = [len(pack_by_tokens([len(i.prompt_ids) + len(i.completion_ids) for i in s.items], MICRO_BATCH_TOKENS))
+              for s in shards]
+    assert all(s.min_micro_batches == max(counts) for s in shards)
+    one = shard_train(items[:1], 2, MICRO_BATCH_TOKENS)
+    assert one[1] == Train([], one[0].num_tokens, 0.5, 1)
+
+
+def test_merged_metrics_give_the_batch_loss_and_token_weighted_means():
+    rank0 = {"loss": 0.6, "step": 3.0, "lr": 0.1, "grad_norm": 2.0, "samples": 3.0, "tokens": 30.0,
+             "response_tokens": 12.0, "micro_batches": 2.0, "step_time_s": 1.0, "tokens_per_s": 30.0,
+             "entropy": 1.0, "is_ratio_max": 1.5}
+    rank1 = {"loss": 0.2, "step": 3.0, "lr": 0.1, "grad_norm": 2.0, "samples": 2.0, "tokens": 20.0,
+             "response_tokens": 4.0, "micro_batches": 1.0, "step_time_s": 2.0, "tokens_per_s": 10.0,
+             "entropy": 3.0, "is_ratio_max": 2.5}
+    merged = merge_metrics([rank0, rank1])
+    assert merged["loss"] == pytest.approx(0.4)  # each rank's loss is W * its share of the batch loss
+    assert (merged["samples"], merged["tokens"], merged["response_tokens"]) == (5.0, 50.0, 16.0)
+    assert merged["entropy"] == pytest.approx((1.0 * 12 + 3.0 * 4) / 16)
+    assert merged["is_ratio_max"] == 2.5
+    assert (merged["step_time_s"], merged["tokens_per_s"]) == (2.0, 25.0)
+    assert (merged["step"], merged["grad_norm"]) == (3.0, 2.0)
+
+
+# ---- real ranks ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from rlvr.learner.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden=64, layers=1, heads=2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(rank: int | None, world: int, port: int, timeout_s: float = 60.0) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", RLVR_RANK_TIMEOUT_S=str(timeout_s))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    for var in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(var, None)
+    if rank is not None:
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+    return env
+
+
+def _engine_config(tmp_path: Path, model: Path, zero_stage: int) -> Path:
+    # AdamW divides each gradient element by its own scale, so an element whose
+    # gradient is zero in exact arithmetic (a key bias: softmax ignores a
+    # per-query constant) turns summation-order rounding (~1e-10) into an
+    # lr-sized step at eps = 1e-8; eps = 1e-4 keeps such noise far below 1e-5.
+    path = tmp_path / f"engine-z{zero_stage}.json"
+    path.write_text(json.dumps({
+        "model_path": str(model), "zero_stage": zero_stage, "micro_batch_tokens": MICRO_BATCH_TOKENS,
+        "optimizer": {"lr": 1e-2, "eps": 1e-4}, "export_dtype": "fp32", "pad_token_id": 0,
+    }))
+    return path
+
+
+def _lead(tmp_path: Path, name: str, cfg: Path, env: dict, *, wait: bool = False) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "tests.learner.test_ranks", "lead", str(cfg), str(tmp_path / name)]
+    return subprocess.Popen(cmd + (["--wait"] if wait else []), cwd=REPO, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=open(tmp_path / f"{name}.log", "wb"), text=True)
+
+
+def _follow(tmp_path: Path, name: str, env: dict) -> subprocess.Popen:
+    """A real learner process: with RANK=1 the CLI runs the follower (no NATS, no config needed)."""
+    return subprocess.Popen([sys.executable, "-m", "rlvr.actors.cli", "--role", "learn"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "wb"))
+
+
+def _events(log: Path, event: str) -> list[dict]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and f'"{event}"' in line:
+            out.append(json.loads(line))
+    return out
+
+
+def _reap(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory, tiny_model):
+    """The reference: one process on the full batches (ZeRO-2), started
+    once and shared; waiting for it returns its output folder."""
+    out = tmp_path_factory.mktemp("single")
+    proc = _lead(out, "single", _engine_config(out, tiny_model, 2), _env(None, 1, 0))
+
+    def result() -> Path:
+        code = proc.wait(timeout=200)
+        assert code == 0, (out / "single.log").read_text()[-3000:]
+        return out / "single"
+
+    yield result
+    _reap(proc)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_two_ranks_train_like_one_process_on_the_full_batch(tmp_path, tiny_model, single_process, zero_stage):
+    from safetensors.torch import load_file
+
+    cfg = _engine_config(tmp_path, tiny_model, zero_stage)
+    port = _free_port()
+    procs = [_lead(tmp_path, "rank0", cfg, _env(0, 2, port)), _follow(tmp_path, "rank1", _env(1, 2, port))]
+    try:
+        codes = [p.wait(timeout=200) for p in procs]
+    finally:
+        _reap(*procs)
+    assert codes == [0, 0], [(tmp_path / f"{n}.log").read_text()[-3000:] for n in ("rank0", "rank1")]
+    single_dir = single_process()
+
+    # (a) the follower ran every operation rank 0 ran: Start, each step, Save, Export.
+    done = _events(tmp_path / "rank1.log", "follower_done")
+    assert len(done) == 1 and done[0]["ok"] is True
+    executed = {k: v for k, v in done[0]["executed"].items() if k != "Ping"}  # keep-alives depend on timing
+    assert executed == {"Start": 1, "Train": len(STEP_SIZES), "Save": 1, "Export": 1, "Stop": 1}
+    rank0 = json.loads((tmp_path / "rank0" / "result.json").read_text())
+    single = json.loads((single_dir / "result.json").read_text())
+    assert rank0["engine_step"] == single["engine_step"] == len(STEP_SIZES)
+
+    # (b) the same weights as one process on the full batches, and the same batch metrics.
+    w2 = load_file(tmp_path / "rank0" / "weights" / "model.safetensors")
+    w1 = load_file(single_dir / "weights" / "model.safetensors")
+    assert w2.keys() == w1.keys()
+    initial = load_file(tiny_model / "model.safetensors")
+    assert max(float((w1[k] - initial[k]).abs().max()) for k in initial) > 1e-3  # training moved the weights
+    assert max(float((w2[k] - w1[k]).abs().max()) for k in w1) < 1e-5
+    for m2, m1 in zip(rank0["metrics"], single["metrics"], strict=True):
+        assert (m2["samples"], m2["response_tokens"]) == (m1["samples"], m1["response_tokens"])
+        assert m2["loss"] == pytest.approx(m1["loss"], rel=1e-4, abs=1e-6)
+        assert m2["entropy"] == pytest.approx(m1["entropy"], rel=1e-4)
+
+    # Only rank 0 exported; both ranks wrote their part of the engine checkpoint.
+    assert not list((tmp_path).glob("rank1*/weights"))
+    tag = (tmp_path / "rank0" / "ckpt" / "LATEST").read_text()
+    assert {p.name for p in (tmp_path / "rank0" / "ckpt" / tag).glob("rng_rank*.pt")} == {"rng_rank0.pt", "rng_rank1.pt"}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_follower_exits_non_zero_when_rank0_is_killed_or_frozen(tmp_path, tiny_model, how):
+    """SIGKILL closes rank 0's sockets (noticed at once); SIGSTOP keeps them
+    open and silent, so only the command timeout can end the wait."""
+    timeout_s = 4.0
+    cfg = _engine_config(tmp_path, tiny_model, 2)
+    port = _free_port()
+    leader = _lead(tmp_path, "rank0", cfg, _env(0, 2, port, timeout_s), wait=True)
+    follower = _follow(tmp_path, "rank1", _env(1, 2, port, timeout_s))
+    try:
+        assert leader.stdout is not None
+        lines = iter(leader.stdout.readline, "")  # DeepSpeed prints to stdout too; EOF if rank 0 failed
+        assert "ready" in (line.strip() for line in lines), (tmp_path / "rank0.log").read_text()[-3000:]
+        os.kill(leader.pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        t0 = time.monotonic()
+        code = follower.wait(timeout=timeout_s + 30)
+        waited = time.monotonic() - t0
+    finally:
+        _reap(leader, follower)
+    assert code == EXIT_LEADER_LOST
+    lost = _events(tmp_path / "rank1.log", "leader_lost")
+    assert len(lost) == 1 and lost[0]["executed"]["Train"] == 1
+    if how == "frozen":
+        assert timeout_s - 1 <= waited < timeout_s + 30
+
+
+# ---- the rank-0 driver ------------------------------------------------------------
+
+
+def _drive(cfg_path: str, out: str, wait: bool) -> None:
+    """Rank 0 (or a single process): the learner actor's Trainer, without the bus."""
+    import anyio
+    import msgspec
+
+    from rlvr.learner.engine_config import EngineConfig
+    from rlvr.learner.trainer import Trainer
+
+    cfg = msgspec.json.decode(Path(cfg_path).read_bytes(), type=EngineConfig)
+    out_dir = Path(out)
+    vocab = json.loads((Path(cfg.model_path) / "config.json").read_text())["vocab_size"]
+
+    async def main() -> None:
+        trainer = Trainer(cfg, seed=0)
+        await trainer.start(None)
+        if wait:
+            await trainer.train_items(batch(0, STEP_SIZES[0], vocab))
+            print("ready", flush=True)
+            await anyio.to_thread.run_sync(sys.stdin.read)  # until the test kills or freezes this process
+            return
+        metrics = [await trainer.train_items(batch(s, n, vocab)) for s, n in enumerate(STEP_SIZES)]
+        await trainer.save(out_dir / "ckpt")
+        await trainer.export(out_dir / "weights")
+        step = trainer.engine.step
+        await trainer.close()
+        (out_dir / "result.json").write_text(json.dumps({"metrics": metrics, "engine_step": step}))
+
+    anyio.run(main)
+
+
+if __name__ == "__main__":
+    _drive(sys.argv[2], sys.argv[3], wait="--wait" in sys.argv)
