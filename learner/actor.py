@@ -9,9 +9,14 @@ Data flow inside the process:
         zero-variance), until ``groups_per_step`` are kept -> one optimizer step
         -> publish weights every ``sync_every`` -> checkpoint every ``checkpoint_every``
 
-Exactly-once: every scored message stays unacked in the learner's custody
-(``Hold``) until the checkpoint that covers its fate (trained or dropped) is
-committed; see ``rlvr.learner.ledger``. Without ``[learn.engine]`` the
+Exactly-once: a sample counts as consumed only when the checkpoint that
+covers its fate (trained or dropped) is committed. Recovery does not rest on
+acks: SCORED keeps its messages (limits retention), and after a crash the
+learner recreates its consumer at the checkpointed sequence floor and skips
+the ids the checkpoint lists (``rlvr.learner.ledger``). So a message is held
+(``Hold``) only while its sample is pending, in a group being assembled or a
+batch not yet trained, and acked as soon as its fate is settled; the acks
+bound what JetStream redelivers, nothing more. Without ``[learn.engine]`` the
 learner runs dry: everything above but the optimizer and weights.
 """
 
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 import anyio
+import msgspec
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import Link
@@ -92,6 +98,10 @@ class LearnActor:
         self.metrics = MetricsWriter(self.out)
         self.rollouts = RolloutVersions(ctx.bus)
         cd = ctx.bus.consumer_def("learn")
+        # Pending samples are bounded by the tasks in flight, plus the groups
+        # waiting for a step: never let the server's limit stall the learner.
+        need = 4 * cfg.inflight_limit * cfg.group_size + cfg.eval.prompts * cfg.eval.n
+        cd = msgspec.structs.replace(cd, max_ack_pending=max(cd.max_ack_pending, need))
         self.consumer = Consumer(
             ctx.bus, cd, stage="learn", decode=lambda d: decode(d, Scored), handle=self.on_scored,
             concurrency=256, task_id_of=lambda s: s.sample.task_id,
@@ -144,7 +154,7 @@ class LearnActor:
             )
             self.drops.count(result)
             for _, sc, reason in result.dropped:
-                self._settle(sc.sample_id)
+                await self._settle(sc.sample_id)
                 self.step_drops[sc.sample_id] = reason
             self.feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members],
                              group.members[0][1].sample.index)
@@ -161,7 +171,7 @@ class LearnActor:
             self.state.step += 1
             span.set_attribute("rlvr.step", self.state.step)
             for sid in ids:
-                self._settle(sid)
+                await self._settle(sid)
             self.step_trained += ids
             self.state.samples_trained += len(ids)
             publish_s = 0.0
@@ -195,10 +205,10 @@ class LearnActor:
     # --- custody, checkpoints, weights -----------------------------------------------
     async def on_scored(self, scored: Scored, delivery: Delivery) -> Ack | Hold:
         sid, seq = scored.sample_id, delivery.stream_seq
-        if self.ledger.already_consumed(sid, seq):
-            return Ack()  # trained or dropped before a restart
-        if sid in self.held or sid in self.ledger.settled_uncommitted:
-            if self.ledger.pending.get(sid, self.ledger.settled_uncommitted.get(sid)) == seq:
+        if self.ledger.already_consumed(sid, seq) or sid in self.ledger.settled_uncommitted:
+            return Ack()  # its fate is decided (before a restart, or earlier in this one)
+        if sid in self.ledger.pending:
+            if self.ledger.pending[sid] == seq:
                 self.held[sid] = delivery.msg  # a redelivery of the message we hold
                 return Hold()
             self.drops.samples["duplicate"] += 1
@@ -212,14 +222,19 @@ class LearnActor:
             if group.purpose == "eval":
                 self.evaluator.add(group)
                 for _, sc in group.members:
-                    self._settle(sc.sample_id)
+                    await self._settle(sc.sample_id)
             else:
                 self.ready_send.send_nowait(group)
         return Hold()
 
-    def _settle(self, sid: str) -> None:
+    async def _settle(self, sid: str) -> None:
+        """The sample's fate is decided: record it for the next checkpoint, ack it."""
         if sid in self.ledger.pending:
             self.ledger.settle(sid)
+        self.span_ctx.pop(sid, None)  # the step span has taken its link already
+        msg = self.held.pop(sid, None)
+        if msg is not None:
+            await msg.ack()
 
     async def _checkpoint(self, final: bool = False) -> None:
         self.state.issued = self.feeder.issued
@@ -231,13 +246,8 @@ class LearnActor:
         entry = LedgerEntry(self.state.step, self.step_trained, self.step_drops)
         await anyio.to_thread.run_sync(self.store.commit, self.state, entry)
         self.step_trained, self.step_drops = [], {}
-        for sid in consumed:
-            msg = self.held.pop(sid, None)
-            self.span_ctx.pop(sid, None)
-            if msg is not None:
-                await msg.ack()
         await self.ctx.bus.kv_put("learner", json.dumps({"step": self.state.step, "version": self.state.version}).encode())
-        log.info("checkpoint", step=self.state.step, floor=ledger_state.floor, acked=len(consumed), final=final)
+        log.info("checkpoint", step=self.state.step, floor=ledger_state.floor, committed=len(consumed), final=final)
 
     async def _publish_weights(self, bump: bool = False) -> float:
         t0 = time.monotonic()
@@ -271,7 +281,7 @@ class LearnActor:
                 self.drops.samples["partial"] += len(group.members)
                 self.drops.groups["partial"] += 1
                 for _, sc in group.members:
-                    self._settle(sc.sample_id)
+                    await self._settle(sc.sample_id)
                 if group.purpose == "train":
                     self.feeder.done(group.group_id)
 

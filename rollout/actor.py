@@ -149,9 +149,12 @@ class RolloutActor:
         # group instead of n round trips. The task is acked (by the caller) only
         # after every PubAck is in; a failed publish fails the group and the task
         # is nak'ed, and its republished samples are deduplicated by Nats-Msg-Id.
-        async with anyio.create_task_group() as tg:
-            for sample in samples:
-                tg.start_soon(self._publish_one, sample)
+        try:
+            async with anyio.create_task_group() as tg:
+                for sample in samples:
+                    tg.start_soon(self._publish_one, sample)
+        except ExceptionGroup as eg:  # n timeouts say no more than one: name the cause
+            raise eg.exceptions[0] from eg
 
     async def _publish_one(self, sample: Sample) -> None:
         await self.ctx.bus.publish(self.ctx.names.rollouts, sample, msg_id=sample.sample_id)

@@ -5,7 +5,7 @@ weights equal a single-process run on the same full batches, and a killed
 (or frozen) rank 0 makes the follower exit non-zero instead of hanging.
 
 Run as a script, this file is the rank-0 driver: ``python -m
-tests.learner.test_ranks lead CONFIG OUT [--wait]``.
+tests.learner.test_ranks lead CONFIG OUT MODE`` (see ``_drive``).
 """
 
 from __future__ import annotations
@@ -120,10 +120,11 @@ def _engine_config(tmp_path: Path, model: Path, zero_stage: int) -> Path:
     return path
 
 
-def _lead(tmp_path: Path, name: str, cfg: Path, env: dict, *, wait: bool = False) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "tests.learner.test_ranks", "lead", str(cfg), str(tmp_path / name)]
-    return subprocess.Popen(cmd + (["--wait"] if wait else []), cwd=REPO, env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=open(tmp_path / f"{name}.log", "wb"), text=True)
+def _lead(tmp_path: Path, name: str, cfg: Path, env: dict, mode: str) -> subprocess.Popen:
+    """The rank-0 driver below (``_drive``) in its own process."""
+    cmd = [sys.executable, "-m", "tests.learner.test_ranks", "lead", str(cfg), str(tmp_path / name), mode]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / f"{name}.log", "wb"), text=True)
 
 
 def _follow(tmp_path: Path, name: str, env: dict) -> subprocess.Popen:
@@ -152,7 +153,7 @@ def single_process(tmp_path_factory, tiny_model):
     """The reference: one process on the full batches (ZeRO-2), started
     once and shared; waiting for it returns its output folder."""
     out = tmp_path_factory.mktemp("single")
-    proc = _lead(out, "single", _engine_config(out, tiny_model, 2), _env(None, 1, 0))
+    proc = _lead(out, "single", _engine_config(out, tiny_model, 2), _env(None, 1, 0), "train")
 
     def result() -> Path:
         code = proc.wait(timeout=200)
@@ -163,32 +164,20 @@ def single_process(tmp_path_factory, tiny_model):
     _reap(proc)
 
 
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("zero_stage", [2, 3])
-def test_two_ranks_train_like_one_process_on_the_full_batch(tmp_path, tiny_model, single_process, zero_stage):
+def _wait_ready(leader: subprocess.Popen, log: Path) -> None:
+    assert leader.stdout is not None
+    lines = iter(leader.stdout.readline, "")  # DeepSpeed prints to stdout too; EOF if rank 0 failed
+    assert "ready" in (line.strip() for line in lines), log.read_text()[-3000:]
+
+
+def _assert_same_training(out: Path, single_dir: Path, tiny_model: Path) -> None:
+    """(b): rank 0's exported weights and batch metrics equal the single process's."""
     from safetensors.torch import load_file
 
-    cfg = _engine_config(tmp_path, tiny_model, zero_stage)
-    port = _free_port()
-    procs = [_lead(tmp_path, "rank0", cfg, _env(0, 2, port)), _follow(tmp_path, "rank1", _env(1, 2, port))]
-    try:
-        codes = [p.wait(timeout=200) for p in procs]
-    finally:
-        _reap(*procs)
-    assert codes == [0, 0], [(tmp_path / f"{n}.log").read_text()[-3000:] for n in ("rank0", "rank1")]
-    single_dir = single_process()
-
-    # (a) the follower ran every operation rank 0 ran: Start, each step, Save, Export.
-    done = _events(tmp_path / "rank1.log", "follower_done")
-    assert len(done) == 1 and done[0]["ok"] is True
-    executed = {k: v for k, v in done[0]["executed"].items() if k != "Ping"}  # keep-alives depend on timing
-    assert executed == {"Start": 1, "Train": len(STEP_SIZES), "Save": 1, "Export": 1, "Stop": 1}
-    rank0 = json.loads((tmp_path / "rank0" / "result.json").read_text())
+    rank0 = json.loads((out / "result.json").read_text())
     single = json.loads((single_dir / "result.json").read_text())
     assert rank0["engine_step"] == single["engine_step"] == len(STEP_SIZES)
-
-    # (b) the same weights as one process on the full batches, and the same batch metrics.
-    w2 = load_file(tmp_path / "rank0" / "weights" / "model.safetensors")
+    w2 = load_file(out / "weights" / "model.safetensors")
     w1 = load_file(single_dir / "weights" / "model.safetensors")
     assert w2.keys() == w1.keys()
     initial = load_file(tiny_model / "model.safetensors")
@@ -198,45 +187,103 @@ def test_two_ranks_train_like_one_process_on_the_full_batch(tmp_path, tiny_model
         assert (m2["samples"], m2["response_tokens"]) == (m1["samples"], m1["response_tokens"])
         assert m2["loss"] == pytest.approx(m1["loss"], rel=1e-4, abs=1e-6)
         assert m2["entropy"] == pytest.approx(m1["entropy"], rel=1e-4)
+    # Both ranks wrote their part of the engine checkpoint.
+    tag = (out / "ckpt" / "LATEST").read_text()
+    assert {p.name for p in (out / "ckpt" / tag).glob("rng_rank*.pt")} == {"rng_rank0.pt", "rng_rank1.pt"}
 
-    # Only rank 0 exported; both ranks wrote their part of the engine checkpoint.
-    assert not list((tmp_path).glob("rank1*/weights"))
-    tag = (tmp_path / "rank0" / "ckpt" / "LATEST").read_text()
-    assert {p.name for p in (tmp_path / "rank0" / "ckpt" / tag).glob("rng_rank*.pt")} == {"rng_rank0.pt", "rng_rank1.pt"}
+
+TRAINED = {"Start": 1, "Train": len(STEP_SIZES), "Save": 1, "Export": 1}
+
+
+def _executed(event: dict) -> dict[str, int]:
+    return {k: v for k, v in event["executed"].items() if k != "Ping"}  # keep-alives depend on timing
+
+
+@pytest.mark.timeout(240)
+def test_zero2_ranks_train_like_one_process_and_stop_cleanly(tmp_path, tiny_model, single_process):
+    cfg = _engine_config(tmp_path, tiny_model, 2)
+    port = _free_port()
+    procs = [_lead(tmp_path, "rank0", cfg, _env(0, 2, port), "train"), _follow(tmp_path, "rank1", _env(1, 2, port))]
+    try:
+        codes = [p.wait(timeout=200) for p in procs]
+    finally:
+        _reap(*procs)
+    assert codes == [0, 0], [(tmp_path / f"{n}.log").read_text()[-3000:] for n in ("rank0", "rank1")]
+    # (a) the follower ran every operation rank 0 ran, then stopped when rank 0 closed.
+    done = _events(tmp_path / "rank1.log", "follower_done")
+    assert len(done) == 1 and done[0]["ok"] is True
+    assert _executed(done[0]) == {**TRAINED, "Stop": 1}
+    _assert_same_training(tmp_path / "rank0", single_process(), tiny_model)
+
+
+@pytest.mark.timeout(240)
+def test_zero3_ranks_train_like_one_process_and_exit_when_rank0_is_killed(tmp_path, tiny_model, single_process):
+    """ZeRO-3 (a forward pass is a collective; rank 1's share of the 1-sample
+    step is empty, so it runs padding only), then SIGKILL rank 0 while the
+    follower waits for its next command: its sockets close, noticed at once."""
+    timeout_s = 8.0
+    cfg = _engine_config(tmp_path, tiny_model, 3)
+    port = _free_port()
+    leader = _lead(tmp_path, "rank0", cfg, _env(0, 2, port, timeout_s), "train-then-wait")
+    follower = _follow(tmp_path, "rank1", _env(1, 2, port, timeout_s))
+    try:
+        _wait_ready(leader, tmp_path / "rank0.log")
+        os.kill(leader.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        code = follower.wait(timeout=timeout_s + 30)
+        waited = time.monotonic() - t0
+    finally:
+        _reap(leader, follower)
+    # (c) a non-zero exit within the command timeout, having run every step (a).
+    assert code == EXIT_LEADER_LOST and waited < timeout_s
+    lost = _events(tmp_path / "rank1.log", "leader_lost")
+    assert len(lost) == 1 and _executed(lost[0]) == TRAINED
+    _assert_same_training(tmp_path / "rank0", single_process(), tiny_model)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("how", ["killed", "frozen"])
-def test_follower_exits_non_zero_when_rank0_is_killed_or_frozen(tmp_path, tiny_model, how):
-    """SIGKILL closes rank 0's sockets (noticed at once); SIGSTOP keeps them
-    open and silent, so only the command timeout can end the wait."""
+def test_follower_times_out_when_rank0_freezes(tmp_path, tiny_model):
+    """SIGSTOP keeps rank 0's sockets open and silent (no keep-alives): only
+    the command timeout ends the follower's wait. Rank 0 only joins the
+    ranks here (no engine), which keeps the test cheap."""
     timeout_s = 4.0
     cfg = _engine_config(tmp_path, tiny_model, 2)
     port = _free_port()
-    leader = _lead(tmp_path, "rank0", cfg, _env(0, 2, port, timeout_s), wait=True)
+    leader = _lead(tmp_path, "rank0", cfg, _env(0, 2, port, timeout_s), "join-then-wait")
     follower = _follow(tmp_path, "rank1", _env(1, 2, port, timeout_s))
     try:
-        assert leader.stdout is not None
-        lines = iter(leader.stdout.readline, "")  # DeepSpeed prints to stdout too; EOF if rank 0 failed
-        assert "ready" in (line.strip() for line in lines), (tmp_path / "rank0.log").read_text()[-3000:]
-        os.kill(leader.pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        _wait_ready(leader, tmp_path / "rank0.log")
+        os.kill(leader.pid, signal.SIGSTOP)
         t0 = time.monotonic()
         code = follower.wait(timeout=timeout_s + 30)
         waited = time.monotonic() - t0
     finally:
         _reap(leader, follower)
     assert code == EXIT_LEADER_LOST
+    # The last keep-alive came up to a quarter timeout before the freeze.
+    assert timeout_s / 2 <= waited < timeout_s + 15
     lost = _events(tmp_path / "rank1.log", "leader_lost")
-    assert len(lost) == 1 and lost[0]["executed"]["Train"] == 1
-    if how == "frozen":
-        assert timeout_s - 1 <= waited < timeout_s + 30
+    assert len(lost) == 1 and "Timed out" in lost[0]["error"] and _executed(lost[0]) == {}
 
 
 # ---- the rank-0 driver ------------------------------------------------------------
 
 
-def _drive(cfg_path: str, out: str, wait: bool) -> None:
-    """Rank 0 (or a single process): the learner actor's Trainer, without the bus."""
+def _drive(cfg_path: str, out: str, mode: str) -> None:
+    """Rank 0 (or a single process): the learner actor's Trainer, without the bus.
+
+    ``train``: the steps, a checkpoint, an export, then close (stops the
+    followers). ``train-then-wait``: the same but, instead of closing, print
+    ``ready`` and block. ``join-then-wait``: only join the ranks (no engine).
+    """
+    if mode == "join-then-wait":
+        from rlvr.learner.ranks import lead
+
+        lead()
+        print("ready", flush=True)
+        sys.stdin.read()  # until the test freezes or kills this process
+        return
+
     import anyio
     import msgspec
 
@@ -250,20 +297,18 @@ def _drive(cfg_path: str, out: str, wait: bool) -> None:
     async def main() -> None:
         trainer = Trainer(cfg, seed=0)
         await trainer.start(None)
-        if wait:
-            await trainer.train_items(batch(0, STEP_SIZES[0], vocab))
-            print("ready", flush=True)
-            await anyio.to_thread.run_sync(sys.stdin.read)  # until the test kills or freezes this process
-            return
         metrics = [await trainer.train_items(batch(s, n, vocab)) for s, n in enumerate(STEP_SIZES)]
         await trainer.save(out_dir / "ckpt")
         await trainer.export(out_dir / "weights")
-        step = trainer.engine.step
-        await trainer.close()
-        (out_dir / "result.json").write_text(json.dumps({"metrics": metrics, "engine_step": step}))
+        (out_dir / "result.json").write_text(json.dumps({"metrics": metrics, "engine_step": trainer.engine.step}))
+        if mode == "train":
+            await trainer.close()
+            return
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.read)  # until the test kills this process
 
     anyio.run(main)
 
 
 if __name__ == "__main__":
-    _drive(sys.argv[2], sys.argv[3], wait="--wait" in sys.argv)
+    _drive(*sys.argv[2:5])
