@@ -139,7 +139,7 @@ class Consumer(Generic[T]):
             # task group then waits for the handlers in hand, at most that long.
             with anyio.CancelScope() as drain_scope:
                 async with anyio.create_task_group() as handlers:
-                    while not stop.is_set():
+                    while await _slot_or_stop(slots, stop):
                         await self._pull_once(sub, slots, handlers)
                     drain_scope.deadline = anyio.current_time() + self.bus.cfg.drain_timeout_s
             if drain_scope.cancelled_caught:
@@ -149,9 +149,9 @@ class Consumer(Generic[T]):
                 await sub.unsubscribe()
 
     async def _pull_once(self, sub, slots: anyio.Semaphore, handlers: anyio.abc.TaskGroup) -> None:
-        # Wait for a free slot before pulling, so we never hold messages we
-        # cannot work on (they would age in our hands past ack_wait).
-        await slots.acquire()
+        # One slot is already ours (``_slot_or_stop``); take every other free
+        # one, so we never pull messages we cannot work on at once (they would
+        # age in our hands past ack_wait).
         taken = 1
         while slots.value > 0:
             slots.acquire_nowait()
@@ -234,6 +234,29 @@ class Consumer(Generic[T]):
         await self.bus.dead_letter(self.stage, msg, reason, error_type)
         await msg.term()
         self.stats.counters["dead_lettered"] += 1
+
+
+async def _slot_or_stop(slots: anyio.Semaphore, stop: anyio.Event) -> bool:
+    """Take a free slot, or return False as soon as ``stop`` is set."""
+    acquired = False
+    async with anyio.create_task_group() as tg:
+
+        async def take() -> None:
+            nonlocal acquired
+            await slots.acquire()
+            acquired = True
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await stop.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(take)
+        tg.start_soon(watch)
+    if acquired and stop.is_set():
+        slots.release()
+        return False
+    return acquired
 
 
 def _seq(msg: Msg) -> int | None:

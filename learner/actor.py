@@ -174,14 +174,17 @@ class LearnActor:
                 await self._settle(sid)
             self.step_trained += ids
             self.state.samples_trained += len(ids)
+            # Batch statistics against the version the batch was filtered under.
+            stats = batch_metrics(scored, self.state.version)
             publish_s = 0.0
             if self.trainer and self.state.step % cfg.sync_every == 0:
                 publish_s = await self._publish_weights(bump=True)
+            engine_metrics = {("engine_step" if k == "step" else k): v for k, v in metrics.items()}
             record = {
+                **stats, **engine_metrics, **self._drop_stats(),
                 "step": self.state.step, "policy_version": self.state.version, "wait_s": wait_s,
                 "train_s": train_s, "publish_s": publish_s, "samples": len(ids), "groups": len(batch),
                 "samples_trained": self.state.samples_trained,
-                **batch_metrics(scored, self.state.version), **metrics, **self._drop_stats(),
             }
             for k, v in record.items():
                 if isinstance(v, (int, float)):
@@ -253,7 +256,9 @@ class LearnActor:
         t0 = time.monotonic()
         if bump:
             self.state.version += 1
-        await self.trainer.publish(self.ctx.bus, self.out / "weights", self.state.version, self.state.step)
+        await self.trainer.publish(
+            self.ctx.bus, self.out / "weights", self.state.version, self.state.step, self.cfg.weights_transport
+        )
         self.feeder.policy_version = self.state.version
         return time.monotonic() - t0
 

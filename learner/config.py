@@ -147,6 +147,10 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     group_timeout_s: Annotated[float, Meta(gt=0)] = 600.0
     # Publish weights every this many optimizer steps.
     sync_every: PositiveInt = 1
+    # How weights reach the rollouts: "object_store" (the run's JetStream
+    # bucket, any machine) or "path" (a directory every replica can read:
+    # the same machine or a shared filesystem; no copy through NATS).
+    weights_transport: Literal["object_store", "path"] = "object_store"
     # Checkpoint every this many optimizer steps (samples count as consumed only then).
     checkpoint_every: PositiveInt = 10
     # Task order: "none" (seeded shuffle per epoch), "by_level" (easy first),
@@ -173,4 +177,9 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
     @property
     def inflight_limit(self) -> int:
-        return self.max_inflight_tasks or self.groups_per_step * (self.max_staleness + 1)
+        # Tasks are issued the moment a slot frees, while the current batch
+        # forms, so they are generated under the current weights and trained
+        # one version later: B x max_staleness outstanding bounds the lag at
+        # max_staleness. (B x (max_staleness + 1) would let half the work go
+        # stale by one version more and be dropped.)
+        return self.max_inflight_tasks or self.groups_per_step * max(1, self.max_staleness)

@@ -157,6 +157,11 @@ class LearnerEngine:
         # transformers' HfDeepSpeedConfig would avoid that but needs accelerate.
         model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=torch.float32)
         self._tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        if not 0 <= cfg.pad_token_id < model.config.vocab_size:
+            raise ValueError(
+                f"learn.engine.pad_token_id = {cfg.pad_token_id} is not a token of {cfg.model_path} "
+                f"(vocab size {model.config.vocab_size})"
+            )
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False

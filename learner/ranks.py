@@ -3,38 +3,22 @@
 Under a launcher (``deepspeed`` or ``torchrun``) every rank starts
 ``rlvr-actor --role learn``. Rank 0 runs the learner actor: it owns the bus
 and decides every engine operation. The other ranks run ``run_follower``: no
-bus, no asyncio, just a loop that receives a command from rank 0 and runs the
-same engine method. Every ``LearnerEngine`` method is collective under ZeRO
-(a forward pass under ZeRO-3, a backward under ZeRO-2/3, a step, a
-checkpoint, an export), so all ranks must call them in the same order: rank
-0's ``RankGroup`` sends the command first and then runs it itself, under one
-lock, and both sides run commands through the same ``CommandRunner``.
+bus, no asyncio, a loop that receives a command from rank 0 and runs the same
+engine method (rank_commands.py: the commands, and how a batch is split so
+that W ranks compute exactly the single-process gradient). Every
+``LearnerEngine`` method is collective under ZeRO, so rank 0's ``RankGroup``
+sends each command first and then runs it itself, under one lock.
 
-Commands are msgspec Structs (one tagged union, msgpack on the wire), sent
-with ``scatter_object_list`` over a gloo group of their own (``new_group``:
-works beside an NCCL default group, whose object collectives would need
-device tensors). That group has a timeout: a follower that hears nothing for
-``RLVR_RANK_TIMEOUT_S`` seconds (default 300) logs ``leader_lost`` and exits
-with ``EXIT_LEADER_LOST``; a dead rank 0 closes its sockets and is noticed at
-once. Rank 0 keeps an idle channel alive with ``Ping`` every quarter of the
-timeout from a thread of its own, so waiting for data never looks like death.
-``Stop`` ends the followers: ``RankGroup.close`` sends it, and so does
-``release_followers`` when rank 0's learner role returns or fails.
-
-Data parallelism. Rank r trains on ``items[r::W]`` of the step's batch. With
-per-token losses l_t, a full-batch normaliser N (tokens for ``token-mean``,
-sequences for the ``seq-mean`` modes) and the single-process loss
-L = Σ_t l_t / N, rank r computes L_r = Σ_{t ∈ shard r} l_t / (N / W); DeepSpeed
-averages gradients over the W ranks, so
-
-    (1/W) Σ_r ∇L_r = (1/W) Σ_r W Σ_{t ∈ r} ∇l_t / N = Σ_t ∇l_t / N = ∇L,
-
-the single-process gradient, however unevenly tokens fall across ranks
-(normalising each shard by its own count would instead weight a token by
-1/(W N_r)). Clipping and AdamW then see the same gradient. Every rank also
-runs the same number of micro-batches (the busiest shard's; the engine pads
-with empty ones), because each forward/backward is itself a collective.
-Metrics are gathered to rank 0 and merged (``merge_metrics``).
+Commands travel with ``scatter_object_list`` over a gloo group of their own
+(``new_group``: it works beside an NCCL default group, whose object
+collectives would need device tensors). That group has a timeout: a follower
+that hears nothing for ``RLVR_RANK_TIMEOUT_S`` seconds (default 300) logs
+``leader_lost`` and exits with ``EXIT_LEADER_LOST``; a dead rank 0 closes its
+sockets and is noticed at once. Rank 0 keeps an idle channel alive with
+``Ping`` every quarter of the timeout from a thread of its own, so waiting
+for data never looks like death. ``Stop`` ends the followers: ``RankGroup.close``
+sends it, and so does ``release_followers`` when rank 0's learner role
+returns or fails (exit 0 or ``EXIT_FAILED``, so the launcher sees the truth).
 
 Only rank 0 writes exported weights and the learner's own state (the actor
 runs on rank 0 alone); engine checkpoints are written by every rank, as
@@ -49,18 +33,20 @@ a follower stuck inside a DeepSpeed collective when rank 0 hangs mid-step
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from rlvr.actors.logs import get_logger
-from rlvr.learner.batching import TrainBatchItem, check_item, pack_by_tokens, sft_items
+from rlvr.learner.batching import TrainBatchItem
 from rlvr.learner.engine_config import EngineConfig
+from rlvr.learner.rank_commands import (
+    Command, CommandRunner, Export, Load, Ping, Save, Sft, Start, Stop, Train, decode, encode, merge_metrics,
+    shard_sft, shard_train,
+)
 
 log = get_logger("rlvr.learner.ranks")
 
@@ -82,163 +68,11 @@ class RanksStoppedError(RuntimeError):
     """An engine operation was asked for after the followers were stopped."""
 
 
-# ---- commands ------------------------------------------------------------------
-
-
-class Start(msgspec.Struct, frozen=True, tag=True):
-    cfg: EngineConfig
-    seed: int
-
-
-class Train(msgspec.Struct, frozen=True, tag=True):
-    items: list[TrainBatchItem]  # this rank's share
-    num_tokens: float  # N / W: see the module docstring
-    num_sequences: float  # S / W
-    min_micro_batches: int
-
-
-class Sft(msgspec.Struct, frozen=True, tag=True):
-    pairs: list[tuple[list[int], list[int]]]
-    num_tokens: float
-    min_micro_batches: int
-
-
-class Save(msgspec.Struct, frozen=True, tag=True):
-    directory: str
-    client_state: dict[str, Any] = {}
-
-
-class Load(msgspec.Struct, frozen=True, tag=True):
-    directory: str
-
-
-class Export(msgspec.Struct, frozen=True, tag=True):
-    directory: str
-
-
-class Ping(msgspec.Struct, frozen=True, tag=True):
-    pass
-
-
-class Stop(msgspec.Struct, frozen=True, tag=True):
-    ok: bool
-    reason: str = ""
-
-
-Command = Start | Train | Sft | Save | Load | Export | Ping | Stop
-_decoder = msgspec.msgpack.Decoder(Command)
-_encoder = msgspec.msgpack.Encoder()
-
-
-# ---- data parallel split and metrics --------------------------------------------
-
-
-def shard_train(items: list[TrainBatchItem], world: int, micro_batch_tokens: int) -> list[Train]:
-    """One ``Train`` per rank: rank r gets ``items[r::world]``, every rank the
-    global normalisers divided by ``world`` and the busiest shard's micro-batch count."""
-    for it in items:
-        check_item(it)  # fail here, before any rank starts the step
-    shards = [items[r::world] for r in range(world)]
-    tokens = float(sum(len(it.completion_ids) for it in items))
-    sequences = float(len(items))  # check_item: every completion is non-empty
-    most = max(len(pack_by_tokens([len(it.prompt_ids) + len(it.completion_ids) for it in s], micro_batch_tokens))
-               for s in shards)
-    return [Train(s, tokens / world, sequences / world, most) for s in shards]
-
-
-def shard_sft(pairs: list[tuple[list[int], list[int]]], world: int, micro_batch_tokens: int) -> list[Sft]:
-    trains = shard_train(sft_items(pairs), world, micro_batch_tokens)
-    return [Sft(pairs[r::world], t.num_tokens, t.min_micro_batches) for r, t in enumerate(trains)]
-
-
-_SUMMED = ("samples", "micro_batches", "tokens", "response_tokens")
-_FROM_RANK0 = ("step", "lr", "grad_norm")  # the same on every rank (grad_norm: DeepSpeed's global norm)
-
-
-def merge_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """One step's metrics from every rank's own, rank 0 first.
-
-    ``loss``: each rank's is W Σ_{t ∈ r} l_t / N, so the batch loss is their
-    sum over W. Counts add up; the step took as long as the slowest rank;
-    ``*_max`` keys take the max; other keys are token means, weighted by each
-    rank's ``response_tokens`` (a rank with an empty share has none).
-    """
-    world = len(per_rank)
-    out = dict(per_rank[0])
-    out["loss"] = sum(m["loss"] for m in per_rank) / world
-    for key in _SUMMED:
-        if key in out:
-            out[key] = float(sum(m.get(key, 0.0) for m in per_rank))
-    if "step_time_s" in out:
-        out["step_time_s"] = max(m["step_time_s"] for m in per_rank)
-        out["tokens_per_s"] = out["tokens"] / max(out["step_time_s"], 1e-9)
-    weight = sum(m.get("response_tokens", 0.0) for m in per_rank)
-    keys = {k for m in per_rank for k in m} - {"loss", "step_time_s", "tokens_per_s", *_SUMMED, *_FROM_RANK0}
-    for key in keys:
-        values = [(m[key], m.get("response_tokens", 0.0)) for m in per_rank if key in m]
-        if key.endswith("_max"):
-            out[key] = max(v for v, _ in values)
-        elif weight > 0:
-            out[key] = sum(v * w for v, w in values) / weight
-    return out
-
-
-# ---- running commands ------------------------------------------------------------
-
-
-class CommandRunner:
-    """The engine method each command stands for. Rank 0 and the followers
-    both run commands through here, so they make the same calls."""
-
-    def __init__(self) -> None:
-        self.engine = None  # a LearnerEngine after Start
-        self.executed: Counter[str] = Counter()
-
-    def run(self, cmd: Command) -> Any:
-        self.executed[type(cmd).__name__] += 1
-        match cmd:
-            case Start(cfg=cfg, seed=seed):
-                from rlvr.learner.engine import LearnerEngine
-
-                self.engine = LearnerEngine(cfg, seed=seed)
-                return None
-            case Ping() | Stop():
-                return None
-        engine = self.engine
-        if engine is None:
-            raise RanksStoppedError(f"{type(cmd).__name__} before Start")
-        match cmd:
-            case Train():
-                return engine.train_step(cmd.items, num_tokens=cmd.num_tokens, num_sequences=cmd.num_sequences,
-                                         min_micro_batches=cmd.min_micro_batches)
-            case Sft():
-                return engine.sft_step(cmd.pairs, num_tokens=cmd.num_tokens, min_micro_batches=cmd.min_micro_batches)
-            case Save():
-                return engine.save_checkpoint(Path(cmd.directory), cmd.client_state)
-            case Load():
-                return engine.load_checkpoint(Path(cmd.directory))
-            case Export():
-                files = engine.export_weights(Path(cmd.directory))
-                # Rank 0 writes the files alone; without this wait the followers would sit
-                # on the command channel meanwhile, and a large export outlasts its timeout.
-                _barrier()
-                return files
-        raise AssertionError(cmd)
-
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
+class LeaderRankError(RuntimeError):
+    """``lead()`` was called on a rank other than 0."""
 
 
 # ---- process groups and the command channel --------------------------------------
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()  # the default group: its timeout is DeepSpeed's, for long operations
 
 
 def world_size() -> int:
@@ -289,7 +123,7 @@ class Leader:
         if self._failure is not None:
             raise self._failure
         try:
-            dist.scatter_object_list([None], [_encoder.encode(c) for c in commands], src=0, group=self.group)
+            dist.scatter_object_list([None], [encode(c) for c in commands], src=0, group=self.group)
         except RuntimeError as e:  # gloo: timeout or a closed connection
             self._failure = FollowerLostError(f"a follower rank stopped answering: {e}")
             raise self._failure from e
@@ -346,7 +180,7 @@ def lead() -> Leader | None:
     if world_size() <= 1:
         return None
     if int(os.environ.get("RANK", "0")) != 0:
-        raise RuntimeError("only rank 0 leads; the other ranks run run_follower()")
+        raise LeaderRankError("only rank 0 leads; the other ranks run run_follower()")
     with _leader_lock:
         if _leader is None:
             _leader = Leader(timeout_s())
@@ -413,6 +247,8 @@ class Follower:
         self.timeout = timeout_s() if timeout is None else timeout
         self.rank = int(os.environ["RANK"])
         self.runner = CommandRunner()
+        self.group = None  # the command group, joined in run()
+        self.broken = False  # the ranks' process groups failed (a lost leader, a failed collective)
 
     def _receive(self) -> Command:
         import torch.distributed as dist
@@ -422,7 +258,7 @@ class Follower:
             dist.scatter_object_list(out, None, src=0, group=self.group)
         except RuntimeError as e:
             raise LeaderLostError(str(e)) from e
-        return _decoder.decode(out[0])
+        return decode(out[0])
 
     def _send_back(self, value: Any) -> None:
         import torch.distributed as dist
@@ -434,9 +270,9 @@ class Follower:
 
     def run(self) -> int:
         """Serve until ``Stop``; returns the process exit code."""
-        self.group = _command_group(self.timeout)
-        log.info("follower_start", rank=self.rank, world=world_size(), timeout_s=self.timeout)
         try:
+            self.group = _command_group(self.timeout)
+            log.info("follower_start", rank=self.rank, world=world_size(), timeout_s=self.timeout)
             while True:
                 cmd = self._receive()
                 result = self.runner.run(cmd)
@@ -448,21 +284,32 @@ class Follower:
                              executed=dict(self.runner.executed))
                     return 0 if cmd.ok else EXIT_FAILED
         except LeaderLostError as e:
+            self.broken = True
             log.error("leader_lost", rank=self.rank, timeout_s=self.timeout, error=str(e),
                       executed=dict(self.runner.executed))
             return EXIT_LEADER_LOST
         except Exception as e:
+            self.broken = True
             log.error("follower_failed", rank=self.rank, error=f"{type(e).__name__}: {e}", exc_info=e,
                       executed=dict(self.runner.executed))
             return EXIT_FAILED
 
 
 def run_follower() -> int:
-    return Follower().run()
+    """Serve as a follower rank; returns the exit code, or leaves the process
+    at once with it when the process groups failed: torch.distributed cannot
+    be torn down after a lost peer (a timed-out gloo operation can abort the
+    interpreter's exit with SIGABRT, hiding the code)."""
+    follower = Follower()
+    code = follower.run()
+    if follower.broken:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_LEADER_LOST", "TIMEOUT_ENV", "Command", "CommandRunner", "Follower", "FollowerLostError",
-    "Leader", "LeaderLostError", "RankGroup", "RanksStoppedError", "lead", "merge_metrics", "release_followers",
-    "run_follower", "shard_sft", "shard_train",
+    "EXIT_FAILED", "EXIT_LEADER_LOST", "TIMEOUT_ENV", "Follower", "FollowerLostError", "Leader", "LeaderLostError",
+    "LeaderRankError", "RankGroup", "RanksStoppedError", "lead", "release_followers", "run_follower",
 ]

@@ -87,7 +87,7 @@ class Trainer:
         if self.ranks is not None:
             await self._call(self.ranks.close)
 
-    async def publish(self, bus: Bus, weights_root: Path, version: int, step: int) -> None:
+    async def publish(self, bus: Bus, weights_root: Path, version: int, step: int, transport: str) -> None:
         """Export this version's weights and announce them; keep the last two exports."""
         assert self.engine is not None
         directory = weights_root / f"v{version}"
@@ -99,7 +99,7 @@ class Trainer:
         dtype = self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")
         await publish_weights(
             bus, directory, files, version=version, step=step, dtype=dtype,
-            tied_embeddings=self.engine.tied_embeddings, transport="object_store",
+            tied_embeddings=self.engine.tied_embeddings, transport=transport,
         )
         for old in weights_root.glob("v*"):
             if old.name[1:].isdigit() and int(old.name[1:]) < version - 1:

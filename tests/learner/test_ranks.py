@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.learner.batching import TrainBatchItem
-from rlvr.learner.ranks import EXIT_LEADER_LOST, Train, merge_metrics, shard_train
+from rlvr.learner.rank_commands import Start, Train, decode, encode, merge_metrics, shard_sft, shard_train
+from rlvr.learner.ranks import EXIT_LEADER_LOST
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_SIZES = (5, 1, 4)  # 5: uneven shards; 1: rank 1 has an empty share (padding only)
@@ -61,7 +62,18 @@ def test_shards_carry_global_normalisers_and_the_busiest_micro_batch_count():
               for s in shards]
     assert all(s.min_micro_batches == max(counts) for s in shards)
     one = shard_train(items[:1], 2, MICRO_BATCH_TOKENS)
-    assert one[1] == Train([], one[0].num_tokens, 0.5, 1)
+    assert one[1] == Train([], one[0].num_tokens, 0.5, 1)  # an empty share: padding only
+    assert [decode(encode(s)) for s in shards] == shards  # what travels between the ranks
+
+
+def test_sft_shards_and_the_start_command_survive_the_wire():
+    from rlvr.learner.engine_config import CosineSchedule, EngineConfig
+
+    pairs = [([1, 2], [3, 4, 5]), ([1], [6]), ([2, 2, 2], [7, 8])]
+    sft = shard_sft(pairs, 2, MICRO_BATCH_TOKENS)
+    assert [s.pairs for s in sft] == [pairs[0::2], pairs[1::2]] and all(s.num_tokens == 6 / 2 for s in sft)
+    start = Start(EngineConfig(model_path="/m", zero_stage=3, schedule=CosineSchedule(total_steps=9)), seed=7)
+    assert [decode(encode(c)) for c in (*sft, start)] == [*sft, start]
 
 
 def test_merged_metrics_give_the_batch_loss_and_token_weighted_means():

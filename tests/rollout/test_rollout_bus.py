@@ -64,7 +64,9 @@ def _samples(bus: BusClient, count: int, timeout_s: float = 30.0) -> list[tuple[
 
 def _tasks_drained(bus: BusClient) -> None:
     wait_for(lambda: bus.stream_count("TASKS") == 0, what="TASKS empty (every task acked)")
-    info = wait_for(lambda: (c := bus.consumer("TASKS", "rollout")) and c.num_ack_pending == 0 and c, what="no acks pending")
+    info = wait_for(
+        lambda: (c := bus.consumer("TASKS", "rollout")) and c.num_ack_pending == 0 and c, what="no acks pending"
+    )
     assert info.num_pending == 0
 
 

@@ -25,7 +25,7 @@ from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.natsserver import NatsServer
 from rlvr.learner.publish import publish_weights
-from rlvr.protocol import RunNames, Sample, Task, decode
+from rlvr.protocol import RunNames, Sample, Task
 from tests.busclient import BusClient
 from tests.conftest import ActorProcs, wait_for, write_config
 from tests.factories import make_task
