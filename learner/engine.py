@@ -261,7 +261,7 @@ class LearnerEngine:
         ∇log π. Off-policy lag between the rollout weights and these weights
         is corrected by truncated IS against ``behaviour_logprobs``.
 
-        Data parallel (learner/ranks.py): ``items`` is this rank's share,
+        Data parallel (learner/rank_commands.py): ``items`` is this rank's share,
         ``num_tokens``/``num_sequences`` replace its own counts as the loss
         normalisers, and ``min_micro_batches`` pads with empty micro-batches
         so every rank runs as many forward/backward passes as the busiest one

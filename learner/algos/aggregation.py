@@ -14,8 +14,9 @@ micro-batch losses then gives exactly the full-batch loss. Left as ``None``
 they default to the counts of the tensors passed in.
 
 Not covered: the per-token loss itself (policy_loss.py) and cross-rank
-normalisation (each data-parallel rank normalises by its own counts and
-DeepSpeed averages the gradients across ranks).
+normalisation: with several data-parallel ranks the learner passes the
+global token / sequence counts divided by the world size, so DeepSpeed's
+gradient average equals the single-process gradient (learner/rank_commands.py).
 """
 
 from __future__ import annotations
