@@ -253,21 +253,23 @@ class LearnerEngine:
         num_sequences: float | None = None,
         min_micro_batches: int = 0,
     ) -> dict[str, float]:
-        """One optimizer step of the policy loss over all ``items``.
+        """``cfg.ppo_epochs`` optimizer steps of the policy loss over all ``items``.
 
-        π_old is the detached recomputed log-prob: each batch gets exactly one
-        update, so π_old equals the current policy and the PPO ratio is 1 in
-        value (clipping cannot trigger, clip_frac is 0) while its gradient is
-        ∇log π. Off-policy lag between the rollout weights and these weights
-        is corrected by truncated IS against ``behaviour_logprobs``.
+        π_old is the log-prob recomputed by the first pass over the batch
+        (detached) and cached: in the first epoch the PPO ratio is 1 in value
+        (its gradient is ∇log π), in later epochs it measures how far the
+        policy has moved and the asymmetric clip bounds it (clip_frac then
+        means something). More epochs = more updates per generated sample.
+        Off-policy lag between the rollout weights and π_old is corrected by
+        truncated IS against ``behaviour_logprobs``.
 
         Data parallel (learner/rank_commands.py): ``items`` is this rank's share,
         ``num_tokens``/``num_sequences`` replace its own counts as the loss
         normalisers, and ``min_micro_batches`` pads with empty micro-batches
         so every rank runs as many forward/backward passes as the busiest one
         (a pass is a collective under ZeRO-2/3); the share may then be empty.
+        Metrics are those of the last epoch.
         """
-        started = time.perf_counter()
         self._maybe_refresh_ref()
         mbs = self._micro_batches(items, min_micro_batches)
         if num_tokens is None:
@@ -275,33 +277,41 @@ class LearnerEngine:
         if num_sequences is None:
             num_sequences = float(sum(int((mb.loss_mask.sum(-1) > 0).sum()) for mb in mbs))
         self.ds.train()
-        acc, loss_total = _Metrics(), 0.0
-        for mb in mbs + self._padding(min_micro_batches - len(mbs)):
-            logp, entropy = self._token_logprobs(mb, self.ds, self.cfg.temperature, with_entropy=True)
-            ref = None
-            if self._ref is not None:
-                with torch.no_grad():
-                    ref, _ = self._token_logprobs(mb, self._ref, self.cfg.temperature)
-            out = policy_loss(
-                LossInputs(
-                    logprobs=logp,
-                    old_logprobs=logp.detach(),
-                    behaviour_logprobs=mb.behaviour_logprobs.to(self._device),
-                    advantages=mb.advantages.to(self._device),
-                    mask=mb.loss_mask.to(self._device),
-                    ref_logprobs=ref,
-                    entropy=entropy,
-                    num_tokens=num_tokens,
-                    num_sequences=num_sequences,
-                ),
-                self.cfg.loss,
-            )
-            # The loss is already this micro-batch's share of the full-batch loss.
-            self.ds.backward(out.loss, scale_wrt_gas=False)
-            if mb.sample_ids:  # padding has no metrics
-                acc.add(out.metrics)
-            loss_total += float(out.loss.detach())
-        return {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs)}
+        passes = mbs + self._padding(min_micro_batches - len(mbs))
+        old_logprobs: list[torch.Tensor | None] = [None] * len(passes)
+        result: dict[str, float] = {}
+        for epoch in range(self.cfg.ppo_epochs):
+            started = time.perf_counter()
+            acc, loss_total = _Metrics(), 0.0
+            for j, mb in enumerate(passes):
+                logp, entropy = self._token_logprobs(mb, self.ds, self.cfg.temperature, with_entropy=True)
+                if epoch == 0:
+                    old_logprobs[j] = logp.detach()
+                ref = None
+                if self._ref is not None:
+                    with torch.no_grad():
+                        ref, _ = self._token_logprobs(mb, self._ref, self.cfg.temperature)
+                out = policy_loss(
+                    LossInputs(
+                        logprobs=logp,
+                        old_logprobs=old_logprobs[j],
+                        behaviour_logprobs=mb.behaviour_logprobs.to(self._device),
+                        advantages=mb.advantages.to(self._device),
+                        mask=mb.loss_mask.to(self._device),
+                        ref_logprobs=ref,
+                        entropy=entropy,
+                        num_tokens=num_tokens,
+                        num_sequences=num_sequences,
+                    ),
+                    self.cfg.loss,
+                )
+                # The loss is already this micro-batch's share of the full-batch loss.
+                self.ds.backward(out.loss, scale_wrt_gas=False)
+                if mb.sample_ids:  # padding has no metrics
+                    acc.add(out.metrics)
+                loss_total += float(out.loss.detach())
+            result = {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs)}
+        return {**result, "ppo_epochs": float(self.cfg.ppo_epochs)}
 
     def sft_step(
         self, pairs: list[tuple[list[int], list[int]]], *, num_tokens: float | None = None, min_micro_batches: int = 0

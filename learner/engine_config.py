@@ -77,6 +77,11 @@ class EngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
     temperature: Annotated[float, Meta(gt=0.0)] = 1.0
     # The policy loss: PPO clip bounds, dual-clip, TIS cap, KL penalty and aggregation.
     loss: PolicyLossConfig = PolicyLossConfig()
+    # Optimizer steps per batch of samples (PPO epochs). 1: every sample is
+    # used once and the PPO ratio is 1 (clipping idle). 2+: later passes reuse
+    # the batch against the cached π_old, clipped by eps_low/eps_high: more
+    # learning per generated sample when generation is the bottleneck.
+    ppo_epochs: Annotated[int, Meta(ge=1, le=16)] = 1
     advantage: AdvantageConfig = AdvantageConfig()  # used by the actor's group assembly
     # Reference model for the KL term (only built when loss.kl_coef > 0):
     # replaced by the current policy every N steps; None keeps the initial one.
