@@ -22,7 +22,6 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
-    SimpleSpanProcessor,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -68,7 +67,9 @@ def setup_tracing(
         path = Path(trace_dir)
         path.mkdir(parents=True, exist_ok=True)
         out = open(path / f"{service}-{replica}.jsonl", "a", buffering=1)  # noqa: SIM115 (lives with the process)
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=out, formatter=_span_line)))
+        # Batched: a span's end must not cost a synchronous write in the hot
+        # path; shutdown_tracing() flushes what is pending on a clean exit.
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=out, formatter=_span_line)))
     elif exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     trace.set_tracer_provider(provider)

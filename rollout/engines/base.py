@@ -97,7 +97,12 @@ class HFEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, ta
     max_prompt_tokens: Annotated[int, Meta(gt=0)] = 1024
     # torch device the model runs on ("cpu", "cuda", "cuda:1").
     device: str = "cpu"
-    max_batch: Annotated[int, Meta(gt=0)] = 64  # sequences per transformers.generate call
+    # Sequences per transformers.generate call; concurrent groups with the same sampling
+    # parameters share a call up to this many rows, a larger group is split.
+    max_batch: Annotated[int, Meta(gt=0)] = 64
+    # How long a request that finds the engine idle waits for others to share its batch,
+    # in ms (requests that arrive while a batch runs join the next one without waiting).
+    batch_wait_ms: Annotated[float, Meta(ge=0.0, le=1000.0)] = 2.0
 
 
 class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="vllm", tag_field="kind"):

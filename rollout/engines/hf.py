@@ -1,10 +1,16 @@
 """The ``hf`` engine: transformers ``generate`` with sampling, on CPU or one GPU.
 
-For machines without vLLM and for small demos and tests. One group is one
-``generate`` call with ``num_return_sequences=n`` (split into ``max_batch``
-chunks). Calls are serialised by a lock and run in a worker thread, so the
-event loop stays responsive; a weight load takes the same lock, so a group
-never straddles two versions.
+For machines without vLLM and for small demos and tests. Concurrent
+``generate`` calls are coalesced: a request waits for the running batch (or,
+when the engine was idle, ``batch_wait_ms``), then one ``generate`` call runs
+over the sequences of every waiting request with the same sampling parameters
+(temperature, top-p, top-k, max_tokens, stop), prompts left-padded under an
+attention mask, and the rows are split back per request. A batch holds at most
+``max_batch`` sequences; a larger group is split into several calls. A request
+with a ``seed`` always runs alone, after ``torch.manual_seed(seed)``, so it is
+reproducible whatever else is in flight. One batch runs at a time, in a worker
+thread, so the event loop stays responsive; a weight load takes the same lock,
+so a batch never straddles two versions.
 
 Behaviour log-probs are read from ``output_scores``, which transformers
 returns *after* its logits processors: temperature, then top-k, then top-p,
@@ -12,14 +18,17 @@ with the same tie and cut-off rules as vLLM. Temperature 0 is greedy, and its
 log-probs are those of the unscaled distribution (as vLLM reports them). The
 model's own ``generation_config`` defaults (repetition penalty and the like)
 are dropped at load, so the sampling distribution is exactly the one the
-learner recomputes.
+learner recomputes. Left padding does not change them: ``generate`` derives
+position ids from the attention mask.
 
-Not covered: continuous batching across calls (use ``vllm``), multi-GPU.
+Not covered: continuous batching (a request joins at a batch boundary only;
+use ``vllm``), multi-GPU.
 """
 
 from __future__ import annotations
 
 import pathlib
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -43,11 +52,37 @@ from rlvr.rollout.weights import (
 )
 
 
+@dataclass(eq=False)
+class _Request:
+    """One ``generate`` call waiting for, or served by, a batch."""
+
+    prompt_ids: list[int]
+    n: int
+    sampling: SamplingParams
+    key: object  # requests with equal keys may share a batch
+    arrived_idle: bool  # no batch was running when it arrived: wait batch_wait_ms for company
+    done: anyio.Event = field(default_factory=anyio.Event)
+    generations: list[Generation] = field(default_factory=list)
+    version: int = 0
+    error: BaseException | None = None
+
+
+def _batch_key(sampling: SamplingParams) -> object:
+    """Sampling parameters that must match for two requests to share a batch;
+    a seeded request gets a key of its own."""
+    if sampling.seed is not None:
+        return object()
+    return (sampling.temperature, sampling.top_p, sampling.top_k, sampling.max_tokens, sampling.stop)
+
+
 class HFEngine:
     def __init__(self, cfg: HFEngineConfig) -> None:
         self.cfg = cfg
         self.weights_version = 0
+        self.generate_calls = 0  # transformers generate calls so far (batching is visible in tests and benches)
         self._lock = anyio.Lock()
+        self._pending: list[_Request] = []
+        self._running = False
         self._model: Any = None
         self._tok: Any = None
         self._eos: list[int] = []
@@ -76,58 +111,116 @@ class HFEngine:
         prompt_ids = render_prompt_ids(self._tok, prompt)
         if len(prompt_ids) > self.cfg.max_prompt_tokens:
             raise PromptTooLongError(len(prompt_ids), self.cfg.max_prompt_tokens)
-        async with self._lock:
-            version = self.weights_version
-            generations = await anyio.to_thread.run_sync(self._generate, prompt_ids, n, sampling)
+        req = _Request(prompt_ids, n, sampling, _batch_key(sampling), arrived_idle=not self._running)
+        self._pending.append(req)
+        try:
+            while not req.done.is_set():
+                async with self._lock:
+                    if not req.done.is_set():
+                        await self._serve(req)
+        finally:
+            if req in self._pending:  # cancelled before any batch took it
+                self._pending.remove(req)
+        if req.error is not None:
+            raise req.error
         return GroupResult(
             prompt_ids=prompt_ids,
-            generations=generations,
-            weights_version_min=version,
-            weights_version_max=version,
+            generations=req.generations,
+            weights_version_min=req.version,
+            weights_version_max=req.version,
         )
 
-    def _generate(self, prompt_ids: list[int], n: int, sampling: SamplingParams) -> list[Generation]:
+    async def _serve(self, req: _Request) -> None:
+        """Run one batch that holds ``req`` and whichever pending requests share
+        its key and fit in ``max_batch``. The caller holds the lock."""
+        wait = self.cfg.batch_wait_ms / 1000.0
+        alone = req.sampling.seed is not None  # no one can join it: do not wait
+        if req.arrived_idle and not alone and wait > 0 and self._rows_like(req) < self.cfg.max_batch:
+            await anyio.sleep(wait)
+        batch = self._take_batch(req)
+        version = self.weights_version
+        self._running = True
+        try:
+            # Shielded: the batch serves other callers, whose results must not be lost.
+            with anyio.CancelScope(shield=True):
+                results = await anyio.to_thread.run_sync(self._generate_batch, batch)
+        except Exception as e:
+            for r in batch:
+                r.error = e
+                r.done.set()
+            return
+        finally:
+            self._running = False
+        for r, gens in zip(batch, results, strict=True):
+            r.generations, r.version = gens, version
+            r.done.set()
+
+    def _rows_like(self, req: _Request) -> int:
+        return sum(r.n for r in self._pending if r.key == req.key)
+
+    def _take_batch(self, req: _Request) -> list[_Request]:
+        """``req`` first, then pending requests with its key in arrival order
+        while the rows fit in ``max_batch``; the taken ones leave the queue."""
+        batch, rows = [req], req.n
+        for r in self._pending:
+            if r is not req and r.key == req.key and rows + r.n <= self.cfg.max_batch:
+                batch.append(r)
+                rows += r.n
+        for r in batch:
+            self._pending.remove(r)
+        return batch
+
+    def _generate_batch(self, batch: list[_Request]) -> list[list[Generation]]:
+        """Generations per request; rows are cut into ``max_batch`` chunks."""
         import torch
 
+        sampling = batch[0].sampling
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
-        out: list[Generation] = []
-        for start in range(0, n, self.cfg.max_batch):
-            out.extend(self._generate_chunk(prompt_ids, min(self.cfg.max_batch, n - start), sampling))
+        rows = [r.prompt_ids for r in batch for _ in range(r.n)]
+        flat: list[Generation] = []
+        for start in range(0, len(rows), self.cfg.max_batch):
+            flat.extend(self._generate_chunk(rows[start : start + self.cfg.max_batch], sampling))
+        out, at = [], 0
+        for r in batch:
+            out.append(flat[at : at + r.n])
+            at += r.n
         return out
 
-    def _generate_chunk(self, prompt_ids: list[int], n: int, sampling: SamplingParams) -> list[Generation]:
+    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         import torch
         from transformers import GenerationConfig
 
         greedy = sampling.temperature == 0.0
+        pad = self._model.generation_config.pad_token_id
         gen_cfg = GenerationConfig(
             do_sample=not greedy,
             temperature=None if greedy else sampling.temperature,
             top_p=None if greedy or sampling.top_p >= 1.0 else sampling.top_p,
             top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
             max_new_tokens=sampling.max_tokens,
-            num_return_sequences=n,
             eos_token_id=self._eos,
-            pad_token_id=self._model.generation_config.pad_token_id,
+            pad_token_id=pad,
             stop_strings=list(sampling.stop) or None,
             output_scores=True,
             return_dict_in_generate=True,
         )
-        x = torch.tensor([prompt_ids], device=self.cfg.device)
+        width = max(len(p) for p in rows)
+        x = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=self.cfg.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=self.cfg.device)
+        self.generate_calls += 1
         with torch.inference_mode():
             res = self._model.generate(
                 input_ids=x,
-                attention_mask=torch.ones_like(x),
+                attention_mask=mask,
                 generation_config=gen_cfg,
                 tokenizer=self._tok if sampling.stop else None,
             )
-        new = res.sequences[:, len(prompt_ids) :]  # [n, T]
-        # scores: T tensors [n, V] of processed logits -> log-probs of the sampled ids
-        scores = torch.stack(res.scores, dim=1).float()  # [n, T, V]
-        lp = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # [n, T]
-        return [self._finish(new[i].tolist(), lp[i].tolist(), sampling) for i in range(n)]
-
+        new = res.sequences[:, width:]  # [B, T]
+        # scores: T tensors [B, V] of processed logits -> log-probs of the sampled ids
+        scores = torch.stack(res.scores, dim=1).float()  # [B, T, V]
+        lp = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        return [self._finish(new[i].tolist(), lp[i].tolist(), sampling) for i in range(len(rows))]
     def _finish(self, ids: list[int], logprobs: list[float], sampling: SamplingParams) -> Generation:
         finish = "length"
         for k, t in enumerate(ids):
