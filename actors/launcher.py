@@ -166,8 +166,9 @@ def _resolve_engine(cfg: Config, display) -> Config:
 
 def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Config) -> Child:
     env = dict(os.environ, RLVR_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1")
-    if cfg.up.threads_per_process:
-        n = str(cfg.up.threads_per_process)
+    threads = cfg.up.learner_threads if role == "learn" and cfg.up.learner_threads else cfg.up.threads_per_process
+    if threads:
+        n = str(threads)
         env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)
     log_path = run_dir / "logs" / f"{replica}.log"
     log = open(log_path, "ab")  # noqa: SIM115 (handed to the child)
