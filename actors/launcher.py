@@ -115,7 +115,7 @@ def _prepare(cfg: Config, run_dir: Path, display) -> Config:
     pre_config = run_dir / "config.pre.json"
     pre_config.write_bytes(dump_config(cfg))
     display.info("preparing the model (tokenizer, tiny Qwen2, cold-start SFT); log in logs/prepare.log")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = _child_env(PYTHONUNBUFFERED="1")
     if cfg.up.threads_per_process:
         env["OMP_NUM_THREADS"] = str(max(2, cfg.up.threads_per_process))
     with open(run_dir / "logs" / "prepare.log", "wb") as log:
@@ -164,8 +164,20 @@ def _resolve_engine(cfg: Config, display) -> Config:
     return cfg
 
 
+# torch.distributed variables from the calling environment (a test process
+# that built an engine, a torchrun job) would make every child try the same
+# rendezvous port; each `up` child is a single-rank process of its own.
+_DIST_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
+    env.update(extra)
+    return env
+
+
 def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Config) -> Child:
-    env = dict(os.environ, RLVR_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1")
+    env = _child_env(RLVR_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1")
     threads = cfg.up.learner_threads if role == "learn" and cfg.up.learner_threads else cfg.up.threads_per_process
     if threads:
         n = str(threads)

