@@ -13,21 +13,9 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from rlvr.learner.engine import LearnerEngine, TrainBatchItem
 from rlvr.learner.engine_config import CosineSchedule, EngineConfig, OptimizerConfig
 
-VOCAB = 64
+from tests.learner.test_engine_zero2 import VOCAB, model_dir  # noqa: F401 (the shared tiny-model fixture)
 # torch.distributed deprecation notices raised inside DeepSpeed
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=128,
-    )
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    return path
 
 
 def make_engine(model_dir, **overrides) -> LearnerEngine:
