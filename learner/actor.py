@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import anyio
@@ -46,7 +47,7 @@ from rlvr.learner.groups import DropCounter, Group, GroupAssembler, filter_group
 from rlvr.learner.ledger import Ledger
 from rlvr.learner.metrics import MetricsWriter, batch_metrics
 from rlvr.learner.rollout_versions import RolloutVersions
-from rlvr.protocol import Scored, decode
+from rlvr.protocol import OUTCOMES, Scored, decode
 
 log = get_logger("rlvr.learner")
 
@@ -81,6 +82,8 @@ class LearnActor:
         self.ledger = Ledger(self.state.ledger)
         self.drops = DropCounter()
         self.drops.samples.update(self.state.drops)
+        # Verifier outcomes of every training sample received (kept or dropped), run totals.
+        self.outcomes = Counter(self.state.outcomes)
         self.feeder = Feeder(
             ctx.bus, splits.train, group_size=cfg.group_size, sampling=cfg.sampling,
             max_inflight=cfg.inflight_limit, seed=self.seed, issued=self.state.issued,
@@ -153,6 +156,7 @@ class LearnActor:
                 dynamic_sampling=cfg.dynamic_sampling, zero_variance_eps=cfg.zero_variance_eps,
             )
             self.drops.count(result)
+            self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
             for _, sc, reason in result.dropped:
                 await self._settle(sc.sample_id)
                 self.step_drops[sc.sample_id] = reason
@@ -181,7 +185,7 @@ class LearnActor:
                 publish_s = await self._publish_weights(bump=True)
             engine_metrics = {("engine_step" if k == "step" else k): v for k, v in metrics.items()}
             record = {
-                **stats, **engine_metrics, **self._drop_stats(),
+                **stats, **engine_metrics, **self._run_totals(),
                 "step": self.state.step, "policy_version": self.state.version, "wait_s": wait_s,
                 "train_s": train_s, "publish_s": publish_s, "samples": len(ids), "groups": len(batch),
                 "samples_trained": self.state.samples_trained,
@@ -198,11 +202,12 @@ class LearnActor:
         if cfg.eval.every_steps and self.state.step % cfg.eval.every_steps == 0 and self.state.step < cfg.steps:
             await self._evaluate(f"step{self.state.step}")
 
-    def _drop_stats(self) -> dict[str, float]:
+    def _run_totals(self) -> dict[str, float]:
         total_groups = sum(self.drops.groups.values())
         out: dict[str, float] = {k: float(v) for k, v in self.drops.as_dict().items()}
         seen_groups = total_groups + self.state.step * self.cfg.groups_per_step
         out["zero_variance_share"] = self.drops.groups["zero_variance"] / seen_groups if seen_groups else 0.0
+        out.update({f"outcome_{o}": float(self.outcomes.get(o, 0)) for o in OUTCOMES})
         return out
 
     # --- custody, checkpoints, weights -----------------------------------------------
@@ -242,6 +247,7 @@ class LearnActor:
     async def _checkpoint(self, final: bool = False) -> None:
         self.state.issued = self.feeder.issued
         self.state.drops = dict(self.drops.samples)
+        self.state.outcomes = dict(self.outcomes)
         if self.trainer is not None:
             await self.trainer.save(self.store.engine_dir(self.state.step))
         ledger_state, consumed = self.ledger.commit()
@@ -285,6 +291,8 @@ class LearnActor:
             for group in self.assembler.expire():
                 self.drops.samples["partial"] += len(group.members)
                 self.drops.groups["partial"] += 1
+                if group.purpose == "train":
+                    self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
                 for _, sc in group.members:
                     await self._settle(sc.sample_id)
                 if group.purpose == "train":
@@ -298,6 +306,7 @@ class LearnActor:
             "run": self.ctx.names.run, "steps": self.state.step, "samples_trained": self.state.samples_trained,
             "policy_version": self.state.version, "pass_at_1_before": before.get("pass_at_1"),
             "pass_at_1_after": after.get("pass_at_1"), "evals": evals, "drops": dict(self.drops.samples),
+            "verifier_outcomes": {o: self.outcomes.get(o, 0) for o in OUTCOMES},
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
         }
         (self.out / "learner_summary.json").write_text(json.dumps(summary, indent=2))

@@ -3,10 +3,23 @@
 Arithmetic wants one token per character (a BPE tokenizer would merge digits
 into numbers and hide the structure the model has to learn). The vocabulary
 is PAD, EOS, the ten digits and ``+ - * =``, padded with unused tokens to 64
-ids (vLLM's CPU kernels like round sizes). The model is a random-init Qwen2
-with tied embeddings, d=128, 3 layers, 4 heads (head size 32, one vLLM's CPU
-attention accepts): about 0.6M parameters, as in the experiment DESIGN.md
-reports. Both transformers and vLLM load the saved folder offline.
+ids (vLLM's CPU kernels like round sizes). The model is a random-init Qwen2,
+d=128, 3 layers, 4 heads (head size 32, one vLLM's CPU attention accepts):
+about 0.8M parameters (the shape of the experiment DESIGN.md reports). Both
+transformers and vLLM load the saved folder offline.
+
+Embeddings are untied by default. The SFT warm-up of the built-in example
+(seed 0, batch 128, greedy pass@1 on 200 held-out problems) measured:
+
+- tied, lr 2e-3 (the earlier default): 29.5% after 2,000 steps;
+- tied, lr 1e-3: 14% after 550 steps, loss ~0.7 nats/token;
+- untied, lr 2e-3: 24.5% after 700 steps, loss ~0.6;
+- untied, lr 1e-3: 22.5% at step 250, 74.5% at step 550, loss 0.26.
+
+On the plateau the model gets the magnitude right and the units digit wrong
+("29+06=36"); RL from there gained ~2.5 points per 100 steps. Untied at 1e-3
+the warm-up is the sharp jump DESIGN.md describes, and RL started on the
+way up keeps climbing (README "The built-in example").
 """
 
 from __future__ import annotations
@@ -30,7 +43,9 @@ def build_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")
 
 
-def build_arith_model(out_dir: Path, *, hidden: int = 128, layers: int = 3, heads: int = 4, seed: int = 0) -> Path:
+def build_arith_model(
+    out_dir: Path, *, hidden: int = 128, layers: int = 3, heads: int = 4, seed: int = 0, tie_embeddings: bool = False
+) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -47,7 +62,7 @@ def build_arith_model(out_dir: Path, *, hidden: int = 128, layers: int = 3, head
         num_attention_heads=heads,
         num_key_value_heads=heads,
         max_position_embeddings=64,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_embeddings,
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

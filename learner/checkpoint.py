@@ -30,6 +30,7 @@ class LearnerState(msgspec.Struct):
     eval_rounds: int = 0
     ledger: LedgerState = msgspec.field(default_factory=LedgerState)
     drops: dict[str, int] = {}
+    outcomes: dict[str, int] = {}  # verifier outcomes of the training samples received, run totals
     samples_trained: int = 0
     commits: int = 0  # checkpoints committed so far; names the ledger files
     eval_history: list[dict] = []

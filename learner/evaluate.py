@@ -28,11 +28,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rlvr.protocol.samples import OUTCOMES
+
 SHARED_NAMES = ("gsm8k", "math", "math500", "mbpp", "humaneval")
 # The built-in example's sampling limit ("-99" plus EOS fits in 7 tokens).
 ARITHMETIC_MAX_TOKENS = 7
 DEFAULT_MAX_TOKENS = 1024
-OUTCOMES = ("ok", "wrong", "timeout", "sandbox_error", "parse_error")
 PROMPT_TOO_LONG = "prompt_too_long"
 
 

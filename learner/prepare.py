@@ -43,7 +43,10 @@ def prepare_tiny_arithmetic(cfg: Config, run_dir: Path, log=print) -> dict:
     p = cfg.learn.prepare
     assert p is not None
     started = time.monotonic()
-    init_dir = build_arith_model(run_dir / "model-init", hidden=p.hidden, layers=p.layers, heads=p.heads, seed=cfg.seed)
+    init_dir = build_arith_model(
+        run_dir / "model-init", hidden=p.hidden, layers=p.layers, heads=p.heads, seed=cfg.seed,
+        tie_embeddings=p.tie_embeddings,
+    )
     tok = AutoTokenizer.from_pretrained(init_dir)
     splits = load_splits(cfg.learn.dataset, seed=cfg.seed)
     golds = lambda specs: [s.reference for s in specs]  # noqa: E731

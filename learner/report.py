@@ -181,8 +181,10 @@ def summarize(run_dir: Path) -> dict:
     ``reward_first`` / ``reward_last``, ``drops`` (samples by reason; an
     existing ``drops`` from the learner's final summary is kept),
     ``staleness_mean``, ``staleness_max``, ``zero_variance_share``,
-    ``tokens_per_s_mean``, ``pass_rate`` (by verifier, last step). Every other
-    key already in the file is kept.
+    ``tokens_per_s_mean``, ``pass_rate`` (by verifier, last step),
+    ``verifier_outcomes`` (training samples by verdict outcome; the learner's
+    own end-of-run count is kept like ``drops``). Every other key already in
+    the file is kept.
     """
     run_dir = Path(run_dir)
     metrics = read_metrics(run_dir)
@@ -194,10 +196,11 @@ def summarize(run_dir: Path) -> dict:
         except json.JSONDecodeError:
             summary = {}
     computed = _from_metrics(metrics)
-    # The learner's own end-of-run count of drops (learner_summary.json, copied
-    # here by `up`) also covers groups dropped after the last step; keep it.
-    if isinstance(summary.get("drops"), dict):
-        computed.pop("drops")
+    # The learner's own end-of-run counts of drops and outcomes (learner_summary.json,
+    # copied here by `up`) also cover groups received after the last step; keep them.
+    for key in ("drops", "verifier_outcomes"):
+        if isinstance(summary.get(key), dict):
+            computed.pop(key)
     summary.update(computed)
     path.write_text(json.dumps(summary, indent=2))
     return summary
@@ -221,6 +224,8 @@ def _from_metrics(m: RunMetrics) -> dict:
         "drops": {k[len("drop_"):]: int(v) for k, v in last.items() if k.startswith("drop_") and v},
         "zero_variance_share": last.get("zero_variance_share"),
         "pass_rate": {k[len("pass_rate_"):]: v for k, v in last.items() if k.startswith("pass_rate_")},
+        # outcome_<name> in a step record is the run's running total of training samples.
+        "verifier_outcomes": {k[len("outcome_"):]: int(v) for k, v in last.items() if k.startswith("outcome_")},
     }
     for key, name, fn in (("staleness_mean", "staleness_mean", statistics.fmean),
                           ("staleness_max", "staleness_max", max),
@@ -257,6 +262,8 @@ def format_report(s: dict) -> str:
         ("reward first -> last", f"{num(s.get('reward_first'))} -> {num(s.get('reward_last'))}"),
         ("pass rate by verifier",
          ", ".join(f"{k}={pct(v)}" for k, v in sorted((s.get("pass_rate") or {}).items())) or "n/a"),
+        ("verifier outcomes",
+         ", ".join(f"{k}={v}" for k, v in (s.get("verifier_outcomes") or {}).items()) or "n/a"),
         ("steps / samples trained", f"{s.get('steps', 'n/a')} / {s.get('samples_trained', 'n/a')}"),
         ("drops (samples)", ", ".join(f"{k}={v}" for k, v in sorted((s.get("drops") or {}).items())) or "none"),
         ("zero-variance share", pct(s.get("zero_variance_share"))),

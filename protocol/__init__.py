@@ -13,12 +13,13 @@ from rlvr.protocol.codec import (
     encode,
 )
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
-from rlvr.protocol.samples import Completion, Sample, Scored, Timings, Verdict
+from rlvr.protocol.samples import OUTCOMES, Completion, Sample, Scored, Timings, Verdict
 from rlvr.protocol.subjects import RunNames, validate_run_id
 from rlvr.protocol.tasks import ChatMessage, SamplingParams, Task, VerifierSpec
 from rlvr.protocol.weights import WeightFile, WeightsAnnouncement
 
 __all__ = [
+    "OUTCOMES",
     "ChatMessage",
     "Completion",
     "Control",

@@ -6,7 +6,7 @@ tokens costs two msgpack arrays, not a map per token.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from msgspec import Meta, Struct
 
@@ -14,6 +14,7 @@ from rlvr.protocol.tasks import SamplingParams, VerifierSpec
 
 FinishReason = Literal["stop", "length", "abort", "rejected"]
 Outcome = Literal["ok", "wrong", "timeout", "sandbox_error", "parse_error"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)  # every outcome, in report order
 
 
 class Completion(Struct, frozen=True, array_like=True, gc=False):
@@ -89,4 +90,4 @@ class Scored(Struct, frozen=True, tag="scored", omit_defaults=True):
         return self.sample.sample_id
 
 
-__all__ = ["Completion", "FinishReason", "Outcome", "Sample", "Scored", "Timings", "Verdict"]
+__all__ = ["OUTCOMES", "Completion", "FinishReason", "Outcome", "Sample", "Scored", "Timings", "Verdict"]

@@ -15,6 +15,7 @@ import msgspec
 
 from rlvr.actors.config import load_config
 from rlvr.actors.launcher import builtin_config_path
+from rlvr.protocol import OUTCOMES
 from tests.conftest import REPO
 
 
@@ -44,6 +45,9 @@ def test_short_builtin_example_runs_end_to_end(tmp_path):
     for key in ("pass_at_1_before", "pass_at_1_after", "steps", "samples_trained", "engine", "wall_seconds"):
         assert summary.get(key) is not None, key
     assert summary["steps"] == 3 and summary["samples_trained"] >= 3 * 4 * 2
+    # Verifier outcomes of every training sample the learner received, all kinds listed.
+    outcomes = summary["verifier_outcomes"]
+    assert set(outcomes) == set(OUTCOMES) and sum(outcomes.values()) >= summary["samples_trained"]
     prepared = json.loads((run_dir / "prepared.json").read_text())
     assert prepared["sft_steps"] == 20 and (run_dir / "model" / "model.safetensors").exists()
     assert len(list((run_dir / "plots").glob("*.png"))) >= 7

@@ -39,7 +39,7 @@ import msgspec
 from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from rlvr.protocol.samples import Verdict
+from rlvr.protocol.samples import OUTCOMES, Verdict
 from rlvr.protocol.tasks import VerifierSpec
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.registry import VerifyContext, get, resolve, warm_up
@@ -47,7 +47,6 @@ from rlvr.verify.registry import VerifyContext, get, resolve, warm_up
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-OUTCOMES = ("ok", "wrong", "timeout", "sandbox_error", "parse_error")
 
 
 class WorkerStartError(RuntimeError):
@@ -460,4 +459,4 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-__all__ = ["OUTCOMES", "VerifierPool", "WorkerStartError", "worker_main"]
+__all__ = ["VerifierPool", "WorkerStartError", "worker_main"]

@@ -20,6 +20,8 @@ def _step(step: int, rng: random.Random) -> dict:
         "entropy": 1.0 - 0.1 * step, "clip_frac": 0.01, "grad_norm": 0.5, "lr": 1e-4,
         "zero_variance_share": 0.3, "drop_zero_variance": 8.0 * step, "drop_stale": 2.0,
         "pass_rate_exact": 0.3, "wait_s": 0.1, "train_s": 0.4, "tokens_per_s": 500.0 + step,
+        "outcome_ok": 10.0 * step, "outcome_wrong": 30.0 * step, "outcome_timeout": 1.0, "outcome_sandbox_error": 0.0,
+        "outcome_parse_error": 0.0,
     }
 
 
@@ -58,11 +60,14 @@ def test_summarize_sets_keys_and_keeps_existing_ones(tmp_path):
     assert s["pass_at_1_before"] == 0.2 and s["pass_at_1_after"] == 0.45
     assert s["pass_at_k_after"] == {"1": 0.45, "4": 0.7}
     assert s["drops"] == {"zero_variance": 32, "stale": 2}
+    # Every outcome is listed, zeros included: a run without timeouts says so.
+    assert s["verifier_outcomes"] == {"ok": 40, "wrong": 120, "timeout": 1, "sandbox_error": 0, "parse_error": 0}
     (tmp_path / "summary.json").write_text(json.dumps({"drops": {"partial": 3, "zero_variance": 40}}))
     assert summarize(tmp_path)["drops"] == {"partial": 3, "zero_variance": 40}  # the learner's final count wins
     assert s["staleness_max"] == 1.0 and s["tokens_per_s_mean"] == 502.5
     table = format_report(s)
     assert "20.0% -> 45.0%  (+25.0 points)" in table and "zero_variance=32" in table
+    assert "ok=40, wrong=120, timeout=1, sandbox_error=0, parse_error=0" in table
 
 
 def test_a_replayed_step_counts_once_with_the_later_record(tmp_path):
