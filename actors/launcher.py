@@ -56,10 +56,13 @@ def up_main(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     display = make_display(args.display or cfg.up.display, run_dir)
-    stop = {"signal": None}
+    stop: dict = {"signal": None, "prepare": None}
 
     def on_signal(signum: int, _frame: object) -> None:
         stop["signal"] = signum
+        prep = stop["prepare"]  # a preparation step is running: it has no state worth draining
+        if prep is not None and prep.poll() is None:
+            prep.terminate()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -71,8 +74,12 @@ def up_main(args: argparse.Namespace) -> int:
         cfg = load_config(path, overrides={**overrides, "nats.url": server.url})
         cfg = _resolve_engine(cfg, display)
         try:
-            cfg = _prepare(cfg, run_dir, display)
+            cfg = _prepare(cfg, run_dir, display, stop)
         except PrepareFailedError as e:
+            if stop["signal"] is not None:
+                display.info(f"received {signal.Signals(stop['signal']).name} during preparation: stopped; "
+                             f"logs in {run_dir / 'logs'}")
+                return 0
             display.error(str(e))
             return 1
         config_file = run_dir / "config.json"
@@ -104,10 +111,12 @@ def up_main(args: argparse.Namespace) -> int:
     return code
 
 
-def _prepare(cfg: Config, run_dir: Path, display) -> Config:
+def _prepare(cfg: Config, run_dir: Path, display, stop: dict) -> Config:
     """Run the config's preparation step (the built-in example builds and
     warms up its model here), in a child process, then point every role at
-    the prepared model."""
+    the prepared model. The child has its own session, like the roles: a
+    Ctrl-C reaches `up` alone, whose handler terminates the child through
+    ``stop["prepare"]``."""
     if cfg.learn.prepare is None:
         return cfg
     import msgspec
@@ -121,14 +130,18 @@ def _prepare(cfg: Config, run_dir: Path, display) -> Config:
     with open(run_dir / "logs" / "prepare.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rlvr.learner.prepare", "--config", str(pre_config), "--run-dir", str(run_dir)],
-            stdout=subprocess.PIPE, stderr=log, env=env,
+            stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True,
         )
+        stop["prepare"] = proc
+        if stop["signal"] is not None:  # the signal came while the child was starting
+            proc.terminate()
         assert proc.stdout is not None
         for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             log.write(raw)
             if line.startswith("[sft]"):
                 display.info(line)
+        stop["prepare"] = None
         if proc.wait() != 0:
             raise PrepareFailedError(f"preparation failed (exit {proc.returncode}); see {run_dir / 'logs' / 'prepare.log'}")
     info = json.loads((run_dir / "prepared.json").read_text())

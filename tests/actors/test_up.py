@@ -1,16 +1,23 @@
 """`rlvr-actor up` runs the walking skeleton end to end across real processes,
-`status` sees the roles during the run, and one task's trace spans all three."""
+`status` sees the roles during the run, and one task's trace spans all three;
+Ctrl-C (SIGINT to its process group, as a terminal sends it) stops every
+process it started, during the run and during the warm-up, and keeps the logs."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tests.conftest import REPO, wait_for
+import msgspec
+
+from rlvr.actors.config import load_config
+from rlvr.actors.launcher import builtin_config_path
+from tests.conftest import REPO, wait_for, write_config
 
 SKELETON = REPO / "tests" / "data" / "skeleton.toml"
 
@@ -79,3 +86,83 @@ def test_up_runs_the_skeleton_status_sees_it_and_traces_link(tmp_path):
     assert steps and all(s["links"] for s in steps)
     linked = {link["trace_id"] for s in steps for link in s["links"]}
     assert linked <= {t for t, n in names.items() if "feeder.task" in n}
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention ``text`` (the run dir: every child of `up` does)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended while we looked
+            continue
+        if text in cmdline:
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+def _start_up(config: Path, run_dir: Path, out: Path) -> subprocess.Popen:
+    # Its own process group, as a shell gives a foreground job: Ctrl-C is SIGINT to that group.
+    with open(out, "w") as f:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rlvr.actors.cli", "up", "--config", str(config), "--run-dir", str(run_dir),
+             "--display", "plain"],
+            stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+        )
+
+
+def _ctrl_c(up: subprocess.Popen) -> int:
+    os.killpg(up.pid, signal.SIGINT)
+    try:
+        return up.wait(timeout=60)
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
+def test_ctrl_c_during_the_run_stops_every_process_and_keeps_the_logs(tmp_path):
+    raw = msgspec.to_builtins(load_config(SKELETON))
+    raw["learn"]["steps"] = 1_000_000  # would run for hours: only Ctrl-C ends it
+    config = write_config(tmp_path / "long.json", raw)
+    run_dir, out = tmp_path / "run", tmp_path / "up.out"
+    up = _start_up(config, run_dir, out)
+
+    def trained() -> bool:
+        metrics = run_dir / "metrics.jsonl"
+        return metrics.exists() and '"step"' in metrics.read_text()
+
+    try:
+        wait_for(trained, timeout_s=120, what="the learner's first step")
+    finally:
+        code = _ctrl_c(up)
+    text = out.read_text()
+    assert code == 0, text[-3000:]
+    assert "received SIGINT: stopping every role" in text
+    for replica in ("learn-0", "rollout-0", "verify-0", "verify-1"):
+        assert f"{replica} exited with 0" in text, text[-3000:]
+        assert (run_dir / "logs" / f"{replica}.log").stat().st_size > 0
+    assert (run_dir / "logs" / "nats-server.log").exists() and (run_dir / "summary.json").exists()
+    assert _processes_mentioning(str(run_dir)) == []  # every child and the nats-server are gone
+
+
+def test_ctrl_c_during_the_warm_up_stops_it_promptly(tmp_path):
+    raw = msgspec.to_builtins(load_config(builtin_config_path()))
+    # A target it never reaches: the warm-up would run 10^6 steps unless stopped.
+    raw["learn"]["prepare"].update(sft_target_pass_at_1=1.0, sft_max_steps=1_000_000, sft_check_every=2,
+                                   sft_check_prompts=8, sft_batch=8)
+    config = write_config(tmp_path / "builtin.json", raw)
+    run_dir, out = tmp_path / "run", tmp_path / "up.out"
+    up = _start_up(config, run_dir, out)
+    try:
+        wait_for(lambda: "[sft] step" in out.read_text(), timeout_s=180, what="the warm-up's first check")
+    finally:
+        code = _ctrl_c(up)
+    text = out.read_text()
+    assert code == 0, text[-3000:]
+    assert "received SIGINT during preparation: stopped" in text
+    assert "started learn-0" not in text  # no role was started after the stop
+    assert (run_dir / "logs" / "prepare.log").exists() and (run_dir / "logs" / "nats-server.log").exists()
+    assert _processes_mentioning(str(run_dir)) == []
