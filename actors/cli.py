@@ -100,6 +100,9 @@ def _load(args: argparse.Namespace):
 
 
 def _run_role(args: argparse.Namespace) -> int:
+    from rlvr.actors.lifeline import follow_up
+
+    follow_up()  # started by `up`: stop (drain) when `up` dies, even by SIGKILL
     cfg = _load(args)
     from rlvr.actors.roles import run_role
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rlvr.actors.config import Config, ConfigError, dump_config, load_config
 from rlvr.actors.display import make_display
+from rlvr.actors.lifeline import UP_PID_ENV
 from rlvr.actors.natsserver import NatsServer
 
 
@@ -185,6 +186,7 @@ _DIST_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", 
 
 def _child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
+    env[UP_PID_ENV] = str(os.getpid())  # the child follows `up` (actors/lifeline.py)
     env.update(extra)
     return env
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from rlvr.actors.config import Config, load_config
+from rlvr.actors.lifeline import follow_up
 
 
 def prepare_tiny_arithmetic(cfg: Config, run_dir: Path, log=print) -> dict:
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True)
     ap.add_argument("--run-dir", required=True)
     args = ap.parse_args(argv)
+    follow_up()  # `up` started us in a session of our own: end with it, even if it is SIGKILLed
     cfg = load_config(args.config)
     info = prepare_tiny_arithmetic(cfg, Path(args.run_dir), log=lambda s: print(s, flush=True))
     print(json.dumps(info), flush=True)

@@ -39,6 +39,7 @@ import msgspec
 from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from rlvr.actors.lifeline import die_with_parent
 from rlvr.protocol.samples import OUTCOMES, Verdict
 from rlvr.protocol.tasks import VerifierSpec
 from rlvr.verify.config import VerifyConfig
@@ -83,17 +84,6 @@ def _frame(payload: bytes) -> bytes:
 # ---------------------------------------------------------------- worker side
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when the pool's process dies."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _read_exactly(f, n: int) -> bytes | None:
     data = f.read(n)
     return data if len(data) == n else None
@@ -101,7 +91,7 @@ def _read_exactly(f, n: int) -> bytes | None:
 
 def worker_main() -> None:
     """Entry point of a worker process (``python -c``); serves calls until EOF."""
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL)
     rfile = open(os.dup(0), "rb")
     wfile = open(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDWR)

@@ -1,7 +1,8 @@
 """`rlvr-actor up` runs the walking skeleton end to end across real processes,
 `status` sees the roles during the run, and one task's trace spans all three;
 Ctrl-C (SIGINT to its process group, as a terminal sends it) stops every
-process it started, during the run and during the warm-up, and keeps the logs."""
+process it started, during the run and during the warm-up, and keeps the logs;
+and if `up` is SIGKILLed, its roles still get SIGTERM and stop."""
 
 from __future__ import annotations
 
@@ -166,3 +167,30 @@ def test_ctrl_c_during_the_warm_up_stops_it_promptly(tmp_path):
     assert "started learn-0" not in text  # no role was started after the stop
     assert (run_dir / "logs" / "prepare.log").exists() and (run_dir / "logs" / "nats-server.log").exists()
     assert _processes_mentioning(str(run_dir)) == []
+
+
+def test_roles_stop_when_up_is_killed_without_a_chance_to_clean_up(tmp_path):
+    raw = msgspec.to_builtins(load_config(SKELETON))
+    raw["learn"]["steps"] = 1_000_000
+    config = write_config(tmp_path / "long.json", raw)
+    run_dir, out = tmp_path / "run", tmp_path / "up.out"
+    up = _start_up(config, run_dir, out)
+
+    def roles_left() -> list[str]:
+        return [p for p in _processes_mentioning(str(run_dir)) if "--role" in p]
+
+    try:
+        wait_for(lambda: (run_dir / "metrics.jsonl").exists() and '"step"' in (run_dir / "metrics.jsonl").read_text(),
+                 timeout_s=120, what="the learner's first step")
+        assert len(roles_left()) == 4
+        os.kill(up.pid, signal.SIGKILL)  # no handler runs: only the death signal reaches the roles
+        up.wait()
+        wait_for(lambda: not roles_left(), timeout_s=60, what="every role to stop after up died")
+    finally:
+        # The embedded nats-server (a Go binary) cannot follow `up`: clean it up here.
+        for line in _processes_mentioning(str(run_dir)):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    # Each role got SIGTERM and stopped as on any other stop request, not killed mid-write.
+    for replica in ("learn-0", "rollout-0", "verify-0", "verify-1"):
+        log = (run_dir / "logs" / f"{replica}.log").read_text()
+        assert "stop_requested" in log and "SIGTERM" in log and "actor_stop" in log, replica
