@@ -2,9 +2,11 @@
 
 A full `rlvr-actor up` takes ~10 minutes on 2 cores; most of that is moving
 ~600 messages per step between processes. This script runs the same recipe
-(the same tiny model builder, the learner's DeepSpeed engine for both the
-cold-start SFT and GRPO, the same dataset split, exact match + a 0.2 format
-reward, dynamic sampling, clip-higher, T=1) in a single process at ~4 steps/s,
+in a single process at ~4 steps/s: the built-in config (actors/builtin.toml)
+with the command line's changes, the preparation step `up` runs (model build
+and cold-start SFT, learner/prepare.py), the learner's DeepSpeed engine with
+that config's engine settings for GRPO, the config's verifier called in
+process (exact match + 0.2 format), dynamic sampling, clip-higher, T=1,
 so a choice of learning rate, model or warm-up target can be tried in 3-5
 minutes. It prints one JSON line per SFT check, per 25 RL steps and per
 evaluation (held-out pass@1 and pass@8 over 8 samples at T=1, the same
@@ -26,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -35,49 +35,47 @@ from pathlib import Path
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="folder for the models and log.jsonl")
-    ap.add_argument("--seed", type=int, default=0)
-    m = ap.add_argument_group("model")
-    m.add_argument("--hidden", type=int, default=128)
-    m.add_argument("--layers", type=int, default=3)
-    m.add_argument("--heads", type=int, default=4)
-    m.add_argument("--tie-embeddings", action="store_true")
-    s = ap.add_argument_group("cold-start SFT")
-    s.add_argument("--sft-lr", type=float, default=1e-3)
-    s.add_argument("--sft-target", type=float, default=0.2, help="stop at this greedy pass@1 (200 held-out)")
-    s.add_argument("--sft-max-steps", type=int, default=2000)
-    s.add_argument("--sft-check-every", type=int, default=25)
-    s.add_argument("--sft-model", type=Path, help="skip SFT and start RL from this HF folder")
-    r = ap.add_argument_group("GRPO")
-    r.add_argument("--lr", type=float, default=1e-4)
-    r.add_argument("--groups", type=int, default=32, help="B prompts per step")
-    r.add_argument("--group-size", type=int, default=8, help="G samples per prompt")
-    r.add_argument("--steps", type=int, default=600)
-    r.add_argument("--ppo-epochs", type=int, default=1)
-    r.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--out", type=Path, required=True, help="run dir for the models and log.jsonl")
+    ap.add_argument("--tie-embeddings", action="store_true", help="learn.prepare.tie_embeddings = true")
+    ap.add_argument("--sft-lr", type=float, help="learn.prepare.sft_lr")
+    ap.add_argument("--sft-target", type=float, help="learn.prepare.sft_target_pass_at_1")
+    ap.add_argument("--sft-model", type=Path, help="skip the warm-up and start RL from this HF folder")
+    ap.add_argument("--lr", type=float, help="learn.engine.optimizer.lr")
+    ap.add_argument("--groups", type=int, help="learn.groups_per_step (B)")
+    ap.add_argument("--group-size", type=int, help="learn.group_size (G)")
+    ap.add_argument("--steps", type=int, help="learn.steps")
+    ap.add_argument("--ppo-epochs", type=int, help="learn.engine.ppo_epochs")
+    ap.add_argument("--eval-every", type=int, default=100, help="RL steps between evaluations")
     return ap.parse_args(argv)
 
 
-class Recipe:
-    def __init__(self, args: argparse.Namespace) -> None:
-        import msgspec
-        from transformers import AutoTokenizer
+def load_recipe(args: argparse.Namespace):
+    """The built-in config with the command line's changes (validated like any config)."""
+    from rlvr.actors.config import load_config
+    from rlvr.actors.launcher import builtin_config_path
 
-        from rlvr.learner.arith_model import build_arith_model
-        from rlvr.learner.config import ArithmeticDataset
+    chosen = {
+        "learn.prepare.tie_embeddings": args.tie_embeddings or None,
+        "learn.prepare.sft_lr": args.sft_lr,
+        "learn.prepare.sft_target_pass_at_1": args.sft_target,
+        "learn.engine.optimizer.lr": args.lr,
+        "learn.groups_per_step": args.groups,
+        "learn.group_size": args.group_size,
+        "learn.steps": args.steps,
+        "learn.engine.ppo_epochs": args.ppo_epochs,
+    }
+    return load_config(builtin_config_path(), overrides={k: v for k, v in chosen.items() if v is not None})
+
+
+class Recipe:
+    def __init__(self, cfg, out: Path, eval_every: int) -> None:
         from rlvr.learner.datasets import load_splits
 
-        self.args = args
-        args.out.mkdir(parents=True, exist_ok=True)
-        self.log_file = open(args.out / "log.jsonl", "w", buffering=1)  # noqa: SIM115 (closed in main)
+        self.cfg, self.out, self.eval_every = cfg, out, eval_every
+        out.mkdir(parents=True, exist_ok=True)
+        self.log_file = open(out / "log.jsonl", "w", buffering=1)  # noqa: SIM115 (closed in main)
         self.t0 = time.monotonic()
-        self.init_dir = build_arith_model(
-            args.out / "init", hidden=args.hidden, layers=args.layers, heads=args.heads, seed=args.seed,
-            tie_embeddings=args.tie_embeddings,
-        )
-        self.tok = AutoTokenizer.from_pretrained(self.init_dir)
-        dataset = msgspec.convert({"kind": "arithmetic"}, ArithmeticDataset)  # the built-in example's split
-        self.splits = load_splits(dataset, seed=args.seed)
+        self.splits = load_splits(cfg.learn.dataset, seed=cfg.seed)
 
     def emit(self, **record) -> None:
         record["t"] = round(time.monotonic() - self.t0, 1)
@@ -85,118 +83,95 @@ class Recipe:
         print(line, flush=True)
         self.log_file.write(line + "\n")
 
-    def engine(self, model_path: Path, lr: float, **extra):
-        from rlvr.learner.engine import LearnerEngine
-        from rlvr.learner.engine_config import EngineConfig, OptimizerConfig
+    def warm_up(self) -> Path:
+        """The preparation step `up` runs, as it runs it."""
+        from rlvr.learner.prepare import prepare_tiny_arithmetic
 
-        cfg = EngineConfig(model_path=str(model_path), zero_stage=0, optimizer=OptimizerConfig(lr=lr, betas=(0.9, 0.99)),
-                           grad_clip=1.0, pad_token_id=self.tok.pad_token_id, **extra)
-        return LearnerEngine(cfg, seed=self.args.seed)
+        info = prepare_tiny_arithmetic(self.cfg, self.out, log=lambda line: self.emit(phase="sft", line=line))
+        self.emit(phase="sft_done", **info)
+        return Path(info["model"])
 
-    def sft(self) -> Path:
-        from rlvr.learner.engine_config import ConstantSchedule
-        from rlvr.learner.greedy import greedy_accuracy
-
-        a = self.args
-        eng = self.engine(self.init_dir, a.sft_lr, schedule=ConstantSchedule(warmup_steps=50), micro_batch_tokens=1 << 16)
-        check = self.splits.heldout[:200]
-        rng = random.Random(a.seed)
-        for step in range(1, a.sft_max_steps + 1):
-            batch = rng.sample(self.splits.train, 128)
-            pairs = [(self.tok(s.prompt)["input_ids"], self.tok(s.reference)["input_ids"] + [self.tok.eos_token_id])
-                     for s in batch]
-            loss = eng.sft_step(pairs)["loss"]
-            if step % a.sft_check_every == 0:
-                acc = greedy_accuracy(eng.ds.module, self.tok, [s.prompt for s in check], [s.reference for s in check], 7)
-                self.emit(phase="sft", step=step, loss=round(loss, 4), greedy_pass_at_1=acc)
-                if acc >= a.sft_target:
-                    break
-        out = a.out / "sft"
-        eng.export_weights(out)
-        for f in self.init_dir.iterdir():
-            if not f.name.endswith(".safetensors"):
-                shutil.copy(f, out / f.name)
-        eng.close()
-        return out
-
-    def sample(self, model, prompts: list[str], n: int) -> list[tuple[list[int], list[int], list[float], str]]:
-        """n completions per prompt at T=1: (prompt ids, completion ids, log-probs, text)."""
+    def sample(self, model, tok, specs, n: int) -> list[tuple[list[int], list[int], list[float], float, bool]]:
+        """n completions per task at the config's sampling temperature:
+        (prompt ids, completion ids, log-probs, reward, correct)."""
         import torch
 
-        rows = [self.tok(p)["input_ids"] for p in prompts for _ in range(n)]
+        from rlvr.verify.registry import VerifyContext, resolve
+
+        sampling = self.cfg.learn.sampling
+        rows = [tok(s.prompt)["input_ids"] for s in specs for _ in range(n)]
         width = max(map(len, rows))
-        pad, eos = self.tok.pad_token_id, self.tok.eos_token_id
+        pad, eos = tok.pad_token_id, tok.eos_token_id
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
         model.eval()
         with torch.no_grad():
-            res = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
-                                 top_p=1.0, max_new_tokens=7, eos_token_id=eos, pad_token_id=pad,
-                                 output_scores=True, return_dict_in_generate=True)
+            res = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=sampling.temperature,
+                                 top_k=0, top_p=1.0, max_new_tokens=sampling.max_tokens, eos_token_id=eos,
+                                 pad_token_id=pad, output_scores=True, return_dict_in_generate=True)
         model.train()
         new = res.sequences[:, width:]
         logp = torch.log_softmax(torch.stack(res.scores, 1).float(), -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        verifiers = [resolve(s.verifier) for s in specs]
         out = []
-        for row, toks, lps in zip(rows, new.tolist(), logp.tolist()):
+        for i, (row, toks, lps) in enumerate(zip(rows, new.tolist(), logp.tolist())):
             if eos in toks:
                 cut = toks.index(eos) + 1
                 toks, lps = toks[:cut], lps[:cut]
-            out.append((row, toks, lps, self.tok.decode(toks, skip_special_tokens=True)))
+            verdict = verifiers[i // n](tok.decode(toks, skip_special_tokens=True),
+                                        VerifyContext(completion_tokens=len(toks), max_tokens=sampling.max_tokens))
+            correct = verdict.components.get("accuracy", verdict.reward) > 0
+            out.append((row, toks, lps, verdict.reward, correct))
         return out
 
-    def evaluate(self, model, step: int) -> None:
-        held = self.splits.heldout
-        outs = self.sample(model, [s.prompt for s in held], 8)
-        right = [o[3].strip() == held[i // 8].reference for i, o in enumerate(outs)]
-        per_prompt = [sum(right[i * 8:(i + 1) * 8]) for i in range(len(held))]
-        self.emit(phase="eval", step=step, pass_at_1=sum(right) / len(right),
-                  pass_at_8=sum(c > 0 for c in per_prompt) / len(per_prompt))
+    def evaluate(self, model, tok, step: int) -> None:
+        held, n = self.splits.heldout, self.cfg.learn.eval.n
+        outs = self.sample(model, tok, held, n)
+        per_prompt = [sum(o[4] for o in outs[i * n:(i + 1) * n]) for i in range(len(held))]
+        self.emit(phase="eval", step=step, pass_at_1=sum(per_prompt) / len(outs),
+                  **{f"pass_at_{n}": sum(c > 0 for c in per_prompt) / len(per_prompt)})
 
     def grpo(self, model_path: Path) -> None:
         import msgspec
         import torch
+        from transformers import AutoTokenizer
 
         from rlvr.learner.algos.advantages import compute_advantages
-        from rlvr.learner.algos.config import AdvantageConfig, PolicyLossConfig
         from rlvr.learner.batching import TrainBatchItem
+        from rlvr.learner.engine import LearnerEngine
 
-        a = self.args
-        loss_cfg = msgspec.convert({"eps_low": 0.2, "eps_high": 0.28, "aggregation": "token-mean"}, PolicyLossConfig)
-        eng = self.engine(model_path, a.lr, micro_batch_tokens=8192, ppo_epochs=a.ppo_epochs, loss=loss_cfg)
+        learn = self.cfg.learn
+        engine_cfg = msgspec.structs.replace(learn.engine, model_path=str(model_path))
+        eng = LearnerEngine(engine_cfg, seed=self.cfg.seed)
+        tok = AutoTokenizer.from_pretrained(model_path)
         model = eng.ds.module
-        fmt = re.compile(r"-?[0-9]+")
-        self.evaluate(model, 0)
-        rng = random.Random(a.seed + 1)
-        for step in range(1, a.steps + 1):
-            batch = rng.sample(self.splits.train, a.groups)
-            outs = self.sample(model, [s.prompt for s in batch], a.group_size)
-            items, kept, reward_sum = [], 0, 0.0
-            for g, spec in enumerate(batch):
-                group = outs[g * a.group_size:(g + 1) * a.group_size]
-                rewards = torch.tensor([(o[3].strip() == spec.reference) + 0.2 * bool(fmt.fullmatch(o[3]))
-                                        for o in group], dtype=torch.float32)
-                reward_sum += float(rewards.sum())
-                if float(rewards.std()) == 0.0:
+        self.evaluate(model, tok, 0)
+        rng = random.Random(self.cfg.seed + 1)
+        for step in range(1, learn.steps + 1):
+            batch = rng.sample(self.splits.train, learn.groups_per_step)
+            outs = self.sample(model, tok, batch, learn.group_size)
+            items, kept = [], 0
+            for g in range(len(batch)):
+                group = outs[g * learn.group_size:(g + 1) * learn.group_size]
+                rewards = torch.tensor([o[3] for o in group], dtype=torch.float32)
+                if float(rewards.std()) <= learn.zero_variance_eps:
                     continue  # dynamic sampling: no signal in this group
                 kept += 1
-                for o, adv in zip(group, compute_advantages(rewards, AdvantageConfig()).tolist()):
+                for o, adv in zip(group, compute_advantages(rewards, engine_cfg.advantage).tolist()):
                     items.append(TrainBatchItem(o[0], o[1], o[2], adv, f"{step}/{g}"))
             metrics = eng.train_step(items) if items else {}
             if step % 25 == 0:
-                self.emit(phase="rl", step=step, reward_mean=round(reward_sum / len(outs), 4), kept_groups=kept,
-                          entropy=round(metrics.get("entropy", float("nan")), 4))
-            if step % a.eval_every == 0:
-                self.evaluate(model, step)
+                self.emit(phase="rl", step=step, reward_mean=round(sum(o[3] for o in outs) / len(outs), 4),
+                          kept_groups=kept, entropy=round(metrics.get("entropy", float("nan")), 4))
+            if step % self.eval_every == 0:
+                self.evaluate(model, tok, step)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
     args = parse_args(argv)
-    torch.manual_seed(args.seed)
-    recipe = Recipe(args)
+    recipe = Recipe(load_recipe(args), args.out, args.eval_every)
     try:
-        recipe.grpo(args.sft_model or recipe.sft())
+        recipe.grpo(args.sft_model or recipe.warm_up())
     finally:
         recipe.log_file.close()
     return 0

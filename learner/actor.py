@@ -291,11 +291,10 @@ class LearnActor:
             for group in self.assembler.expire():
                 self.drops.samples["partial"] += len(group.members)
                 self.drops.groups["partial"] += 1
-                if group.purpose == "train":
-                    self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
                 for _, sc in group.members:
                     await self._settle(sc.sample_id)
                 if group.purpose == "train":
+                    self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
                     self.feeder.done(group.group_id)
 
     def _write_summary(self) -> None:

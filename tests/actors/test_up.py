@@ -124,19 +124,23 @@ def _ctrl_c(up: subprocess.Popen) -> int:
             up.wait()
 
 
-def test_ctrl_c_during_the_run_stops_every_process_and_keeps_the_logs(tmp_path):
+def _start_endless_skeleton(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """`up` on the skeleton with steps it would take hours to finish: only a signal ends it."""
     raw = msgspec.to_builtins(load_config(SKELETON))
-    raw["learn"]["steps"] = 1_000_000  # would run for hours: only Ctrl-C ends it
-    config = write_config(tmp_path / "long.json", raw)
+    raw["learn"]["steps"] = 1_000_000
     run_dir, out = tmp_path / "run", tmp_path / "up.out"
-    up = _start_up(config, run_dir, out)
+    return _start_up(write_config(tmp_path / "long.json", raw), run_dir, out), run_dir, out
 
-    def trained() -> bool:
-        metrics = run_dir / "metrics.jsonl"
-        return metrics.exists() and '"step"' in metrics.read_text()
 
+def _learner_stepped(run_dir: Path) -> bool:
+    metrics = run_dir / "metrics.jsonl"
+    return metrics.exists() and '"step"' in metrics.read_text()
+
+
+def test_ctrl_c_during_the_run_stops_every_process_and_keeps_the_logs(tmp_path):
+    up, run_dir, out = _start_endless_skeleton(tmp_path)
     try:
-        wait_for(trained, timeout_s=120, what="the learner's first step")
+        wait_for(lambda: _learner_stepped(run_dir), timeout_s=120, what="the learner's first step")
     finally:
         code = _ctrl_c(up)
     text = out.read_text()
@@ -170,18 +174,13 @@ def test_ctrl_c_during_the_warm_up_stops_it_promptly(tmp_path):
 
 
 def test_roles_stop_when_up_is_killed_without_a_chance_to_clean_up(tmp_path):
-    raw = msgspec.to_builtins(load_config(SKELETON))
-    raw["learn"]["steps"] = 1_000_000
-    config = write_config(tmp_path / "long.json", raw)
-    run_dir, out = tmp_path / "run", tmp_path / "up.out"
-    up = _start_up(config, run_dir, out)
+    up, run_dir, _ = _start_endless_skeleton(tmp_path)
 
     def roles_left() -> list[str]:
         return [p for p in _processes_mentioning(str(run_dir)) if "--role" in p]
 
     try:
-        wait_for(lambda: (run_dir / "metrics.jsonl").exists() and '"step"' in (run_dir / "metrics.jsonl").read_text(),
-                 timeout_s=120, what="the learner's first step")
+        wait_for(lambda: _learner_stepped(run_dir), timeout_s=120, what="the learner's first step")
         assert len(roles_left()) == 4
         os.kill(up.pid, signal.SIGKILL)  # no handler runs: only the death signal reaches the roles
         up.wait()
