@@ -78,7 +78,7 @@ class LearnActor:
             from rlvr.learner.trainer import Trainer
 
             self.trainer = Trainer(cfg.engine, seed=self.seed)
-            await self.trainer.start(self.store.engine_dir(self.state.step) if loaded else None)
+            await self.trainer.start(self.store.engine_dir(self.state.commits) if loaded else None)
         self.ledger = Ledger(self.state.ledger)
         self.drops = DropCounter()
         self.drops.samples.update(self.state.drops)
@@ -249,7 +249,7 @@ class LearnActor:
         self.state.drops = dict(self.drops.samples)
         self.state.outcomes = dict(self.outcomes)
         if self.trainer is not None:
-            await self.trainer.save(self.store.engine_dir(self.state.step))
+            await self.trainer.save(self.store.engine_dir(self.state.commits + 1))
         ledger_state, consumed = self.ledger.commit()
         self.state.ledger = ledger_state
         entry = LedgerEntry(self.state.step, self.step_trained, self.step_drops)

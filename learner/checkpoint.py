@@ -2,14 +2,21 @@
 
 Layout under ``<out>/checkpoints``::
 
-    step-000010/engine/        DeepSpeed checkpoint (model, optimizer, scheduler, RNG)
-    step-000010/learner.json   LearnerState: step, version, feeder position, ledger, drops
-    ledger/commit-000004.json  ids trained / dropped since the previous commit (the 4th commit)
-    latest                     "step-000010", replaced by rename only when all of the above is on disk
+    commit-000004/engine/        DeepSpeed checkpoint (model, optimizer, scheduler, RNG)
+    commit-000004/learner.json   LearnerState: step, version, feeder position, ledger, drops
+    ledger/commit-000004.json    ids trained / dropped since the previous commit (the 4th commit)
+    latest                       "commit-000004", replaced by rename only when all of the above is on disk
 
 A checkpoint that is half written when the process dies is never pointed to
 by ``latest``; ``load_latest`` ignores it and removes its ledger file, so the
 ledger files always describe exactly the committed steps.
+
+Directories are named by commit, not by step: two commits can share a step
+(the final checkpoint after the last step, or one after drops only), and
+saving the second into the first one's directory would rewrite the only
+committed checkpoint in place, so a kill during that save left it torn (an
+empty RNG file; the exactly-once test caught it). A new commit never writes
+into a committed directory.
 """
 
 from __future__ import annotations
@@ -49,22 +56,24 @@ class CheckpointStore:
         self.keep = keep
         (root / "ledger").mkdir(parents=True, exist_ok=True)
 
-    def step_dir(self, step: int) -> Path:
-        return self.root / f"step-{step:06d}"
+    def commit_dir(self, commit: int) -> Path:
+        return self.root / f"commit-{commit:06d}"
 
-    def engine_dir(self, step: int) -> Path:
-        return self.step_dir(step) / "engine"
+    def engine_dir(self, commit: int) -> Path:
+        """The engine checkpoint of commit number ``commit``: the committed one
+        is ``engine_dir(state.commits)``, the next goes to ``state.commits + 1``."""
+        return self.commit_dir(commit) / "engine"
 
     def commit(self, state: LearnerState, entry: LedgerEntry) -> None:
         """Write learner state and ledger entry, then flip ``latest``. The
-        engine checkpoint must already be in ``engine_dir(state.step)``."""
+        engine checkpoint must already be in ``engine_dir(state.commits + 1)``."""
         state.commits += 1
-        d = self.step_dir(state.step)
+        d = self.commit_dir(state.commits)
         d.mkdir(parents=True, exist_ok=True)
         _atomic_write(d / "learner.json", msgspec.json.encode(state))
         _atomic_write(self.root / "ledger" / f"commit-{state.commits:06d}.json", msgspec.json.encode(entry))
         _atomic_write(self.root / "latest", d.name.encode())
-        self._prune(state.step)
+        self._prune(state.commits)
 
     def load_latest(self) -> LearnerState | None:
         latest = self.root / "latest"
@@ -89,10 +98,10 @@ class CheckpointStore:
                 p.unlink()
 
     def _prune(self, current: int) -> None:
-        steps = sorted(int(p.name.split("-")[1]) for p in self.root.glob("step-*") if p.is_dir())
-        for s in steps[: -self.keep]:
-            if s != current:
-                shutil.rmtree(self.step_dir(s), ignore_errors=True)
+        commits = sorted(int(p.name.split("-")[1]) for p in self.root.glob("commit-*") if p.is_dir())
+        for c in commits[: -self.keep]:
+            if c != current:
+                shutil.rmtree(self.commit_dir(c), ignore_errors=True)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

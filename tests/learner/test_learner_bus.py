@@ -93,7 +93,7 @@ def test_learner_trains_from_scored_stream_and_broadcasts_weights_a_rollout_engi
     state = store.load_latest()
     assert state is not None and state.step == 2 and state.version == 2
     learner = LearnerEngine(EngineConfig(model_path=str(tiny_model), zero_stage=zero_stage), seed=0)
-    learner.load_checkpoint(store.engine_dir(2))
+    learner.load_checkpoint(store.engine_dir(state.commits))
     for gen in result.generations:
         expected = learner.logprobs(result.prompt_ids, gen.ids)
         assert max(abs(a - b) for a, b in zip(gen.logprobs, expected, strict=True)) < 1e-3
