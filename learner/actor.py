@@ -78,7 +78,7 @@ class LearnActor:
             from rlvr.learner.trainer import Trainer
 
             self.trainer = Trainer(cfg.engine, seed=self.seed)
-            await self.trainer.start(self.store.engine_dir(self.state.commits) if loaded else None)
+            await self.trainer.start(self.store.committed_engine_dir() if loaded else None)
         self.ledger = Ledger(self.state.ledger)
         self.drops = DropCounter()
         self.drops.samples.update(self.state.drops)

@@ -64,6 +64,12 @@ class CheckpointStore:
         is ``engine_dir(state.commits)``, the next goes to ``state.commits + 1``."""
         return self.commit_dir(commit) / "engine"
 
+    def committed_engine_dir(self) -> Path | None:
+        """The engine checkpoint ``latest`` names (also in run dirs written
+        before directories were named by commit, whose ``latest`` names a step)."""
+        latest = self.root / "latest"
+        return self.root / latest.read_text().strip() / "engine" if latest.exists() else None
+
     def commit(self, state: LearnerState, entry: LedgerEntry) -> None:
         """Write learner state and ledger entry, then flip ``latest``. The
         engine checkpoint must already be in ``engine_dir(state.commits + 1)``."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from rlvr.learner.checkpoint import CheckpointStore, LearnerState, LedgerEntry
 
 
@@ -26,6 +28,7 @@ def test_a_second_commit_at_the_same_step_leaves_the_committed_one_intact(tmp_pa
     restored = CheckpointStore(tmp_path).load_latest()
     assert restored is not None and (restored.step, restored.commits) == (6, 1)
     assert (store.engine_dir(restored.commits) / "rng_rank0.pt").read_bytes() == b"good"
+    assert store.committed_engine_dir() == committed
 
 
 def test_old_commits_are_pruned_and_the_latest_kept(tmp_path):
@@ -38,3 +41,13 @@ def test_old_commits_are_pruned_and_the_latest_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("commit-*")) == ["commit-000003", "commit-000004"]
     assert store.load_latest().commits == 4
     assert len(store.ledger_entries()) == 4  # ledger entries are never pruned
+
+
+def test_a_run_dir_from_before_commit_named_directories_still_loads(tmp_path):
+    # Earlier versions named the directory by step; `latest` says which it is.
+    (tmp_path / "step-000010" / "engine").mkdir(parents=True)
+    (tmp_path / "step-000010" / "learner.json").write_bytes(msgspec.json.encode(LearnerState(step=10, commits=5)))
+    (tmp_path / "latest").write_text("step-000010")
+    store = CheckpointStore(tmp_path)
+    assert store.load_latest().step == 10
+    assert store.committed_engine_dir() == tmp_path / "step-000010" / "engine"
