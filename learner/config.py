@@ -58,12 +58,12 @@ class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl",
     holdout: Annotated[int, Meta(ge=0)] = 0
 
 
-class SharedDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="shared", tag_field="kind"):
-    """One of the public sets in shared/data, through its adapter."""
+class BuiltinDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="builtin", tag_field="kind"):
+    """One of the public sets shipped in the repository's data/, through its adapter."""
 
     # Which set: GSM8K, MATH (its test set), MATH-500, MBPP (sanitized) or HumanEval.
     name: Literal["gsm8k", "math", "math500", "mbpp", "humaneval"]
-    # Directory holding shared/data ("" = ../shared/data beside the repo).
+    # Directory with the same layout as the repository's data/ ("" = that data/ folder).
     root: str = ""
     # GSM8K file to read; the other sets ship one file each and ignore it.
     split: Literal["train", "test"] = "train"
@@ -77,7 +77,7 @@ class SharedDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="shared
     verifier: VerifierSpec | None = None
 
 
-DatasetConfig = ArithmeticDataset | JsonlDataset | SharedDataset
+DatasetConfig = ArithmeticDataset | JsonlDataset | BuiltinDataset
 
 
 class EvalConfig(Struct, frozen=True, forbid_unknown_fields=True):

@@ -4,8 +4,9 @@
   Problems are drawn from the full space (every operand pair), the held-out
   split is removed from training by exact match.
 - ``jsonl``: any JSONL or Parquet file with a prompt and an answer column.
-- ``shared``: GSM8K, MATH, MATH-500, MBPP and HumanEval as laid out in
-  shared/data (see its README for the fields each adapter reads).
+- ``builtin``: GSM8K, MATH, MATH-500, MBPP and HumanEval, shipped in the
+  repository's ``data/`` (its README gives the fields each adapter reads, the
+  upstream of every file and its licence).
 
 Adapters are pure and deterministic for a seed; they do not know about NATS.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from rlvr.learner.config import ArithmeticDataset, DatasetConfig, JsonlDataset, SharedDataset
+from rlvr.learner.config import ArithmeticDataset, BuiltinDataset, DatasetConfig, JsonlDataset
 from rlvr.protocol import VerifierSpec
 
 
@@ -77,8 +78,8 @@ def load_splits(cfg: DatasetConfig, *, seed: int) -> Splits:
             return _arithmetic(cfg, seed)
         case JsonlDataset():
             return _split(_override(_jsonl(cfg), cfg.verifier_spec), cfg.holdout, seed)
-        case SharedDataset():
-            return _split(_override(_shared(cfg), cfg.verifier), cfg.holdout, seed)
+        case BuiltinDataset():
+            return _split(_override(_builtin(cfg), cfg.verifier), cfg.holdout, seed)
     raise DatasetError(f"unknown dataset config {cfg!r}")
 
 
@@ -153,11 +154,13 @@ def _jsonl(cfg: JsonlDataset) -> list[TaskSpec]:
     return out
 
 
-# --- shared/data ------------------------------------------------------------------------
-def shared_data_root(root: str = "") -> Path:
+# --- builtin: the public sets in the repository's data/ -----------------------------------
+def builtin_data_root(root: str = "") -> Path:
+    """Where the ``builtin`` sets live: ``root`` when given, else the repository's ``data/``
+    (``data/README.md`` gives each file's upstream and licence)."""
     if root:
         return Path(root)
-    return Path(__file__).resolve().parents[2] / "shared" / "data"
+    return Path(__file__).resolve().parents[1] / "data"
 
 
 def last_boxed(text: str) -> str | None:
@@ -181,17 +184,17 @@ _GSM8K_INSTRUCTION = "Solve the problem step by step. End with 'The answer is N'
 _CODE_INSTRUCTION = "Write a Python function for this task. Reply with one ```python code block.\n\n{text}"
 
 
-def _shared(cfg: SharedDataset) -> list[TaskSpec]:
-    root = shared_data_root(cfg.root)
+def _builtin(cfg: BuiltinDataset) -> list[TaskSpec]:
+    root = builtin_data_root(cfg.root)
     out: list[TaskSpec] = []
     if cfg.name == "gsm8k":
-        for i, r in enumerate(_read_records(root / "gsm8k" / f"{cfg.split}.jsonl")):
+        for i, r in enumerate(_read_records(root / "gsm8k" / f"{cfg.split}.jsonl.gz")):
             gold = r["answer"].split("####")[-1].strip().replace(",", "")
             prompt = _GSM8K_INSTRUCTION.format(question=r["question"])
             reference = r["answer"].split("####")[0].strip() + f"\nThe answer is {gold}."
             out.append(TaskSpec("gsm8k", i, prompt, VerifierSpec("math", {"gold": gold}), reference=reference))
     elif cfg.name in ("math", "math500"):
-        path = root / ("math500/test.jsonl" if cfg.name == "math500" else "math/test.jsonl")
+        path = root / ("math500/test.jsonl" if cfg.name == "math500" else "math/test.jsonl.gz")
         for i, r in enumerate(_read_records(path)):
             gold = r.get("answer") or last_boxed(r["solution"]) or ""
             level = r["level"] if isinstance(r["level"], int) else int(re.sub(r"\D", "", r["level"]) or 0)
@@ -213,5 +216,5 @@ def _shared(cfg: SharedDataset) -> list[TaskSpec]:
             tests = {"check": r["test"], "entry_point": r["entry_point"]}
             out.append(TaskSpec("humaneval", i, _CODE_INSTRUCTION.format(text=r["prompt"]), VerifierSpec("code", {"tests": tests})))
     if not out:
-        raise DatasetError(f"shared dataset {cfg.name!r} under {root} gave no records")
+        raise DatasetError(f"builtin dataset {cfg.name!r} under {root} gave no records")
     return out

@@ -30,7 +30,7 @@ from typing import Any
 
 from rlvr.protocol.samples import OUTCOMES
 
-SHARED_NAMES = ("gsm8k", "math", "math500", "mbpp", "humaneval")
+BUILTIN_NAMES = ("gsm8k", "math", "math500", "mbpp", "humaneval")
 # The built-in example's sampling limit ("-99" plus EOS fits in 7 tokens).
 ARITHMETIC_MAX_TOKENS = 7
 DEFAULT_MAX_TOKENS = 1024
@@ -75,13 +75,13 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 def load_eval_prompts(args: argparse.Namespace) -> tuple[str, list[Any]]:
     """(a short name of the data, its evaluation ``TaskSpec``s, at most ``--limit``)."""
-    from rlvr.learner.config import ArithmeticDataset, JsonlDataset, SharedDataset
+    from rlvr.learner.config import ArithmeticDataset, JsonlDataset, BuiltinDataset
     from rlvr.learner.datasets import load_splits
 
     if args.data == "arithmetic":
         name, specs = "arithmetic", load_splits(ArithmeticDataset(), seed=args.seed).heldout
-    elif args.data in SHARED_NAMES:
-        cfg = SharedDataset(name=args.data, split=args.split, root=args.data_root)
+    elif args.data in BUILTIN_NAMES:
+        cfg = BuiltinDataset(name=args.data, split=args.split, root=args.data_root)
         name, specs = args.data, load_splits(cfg, seed=args.seed).train  # holdout 0: every record
     else:
         cfg = JsonlDataset(
@@ -252,7 +252,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--data is one of:\n"
         "  FILE (.jsonl, .json, .jsonl.gz, .parquet)  every record; --prompt-field, --answer-field,\n"
         "                                   --verifier (and --tests-field for code) say how to read it\n"
-        f"  {', '.join(SHARED_NAMES)}     the copies in shared/data (every record of --split for gsm8k)\n"
+        f"  {', '.join(BUILTIN_NAMES)}     the public sets shipped in data/ (every record of --split for gsm8k)\n"
         "  arithmetic                       the built-in example's 500 held-out problems (split with --seed,\n"
         "                                   0 as in the built-in run)\n"
         "--checkpoint is an HF model folder (config.json, tokenizer, *.safetensors) or a run directory\n"
@@ -261,7 +261,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "incorrect and is reported separately in the outcome counts."
     )
     parser.add_argument("--checkpoint", required=True, help="HF model folder or run directory")
-    parser.add_argument("--data", required=True, help="data file, a shared/data name, or 'arithmetic' (see below)")
+    parser.add_argument("--data", required=True, help="data file, a builtin set's name, or 'arithmetic' (see below)")
     parser.add_argument("--k", default="1,8", help="comma-separated k values for pass@k (default 1,8)")
     parser.add_argument("--n", type=int, default=None, help="completions per prompt (default: the largest k)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
@@ -284,7 +284,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tests-field", default="", help="FILE: a tests column (code) instead of an answer")
     parser.add_argument("--verifier", default="math", help="FILE: verifier name (default math)")
     parser.add_argument("--split", choices=("train", "test"), default="test", help="gsm8k split (default test)")
-    parser.add_argument("--data-root", default="", help="directory of shared/data (default: beside the repo)")
+    parser.add_argument("--data-root", default="", help="directory laid out like the repository's data/ (default: that folder)")
     parser.add_argument("--pool-size", type=int, default=2, help="verifier worker processes (default 2)")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="hard timeout per verification (default 30)")
     parser.add_argument("--output", default=None, help="report path (default <checkpoint>/eval-<data>.json)")

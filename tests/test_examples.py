@@ -1,8 +1,8 @@
 """Every config under examples/ loads, validates, and names verifiers that resolve.
 
 Model folders in the examples (/models/..., models/...) need not exist here:
-loading checks the types and bounds, not the files. Where shared/data is
-present, the first training task of each shared dataset is built and its
+loading checks the types and bounds, not the files. The first training task
+of each builtin dataset (the repository's data/) is built and its
 verifier spec resolved with typed parameters, so a composite spec with a bad
 part or parameter fails here, not in a verifier replica at run time.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rlvr.actors.config import load_config
-from rlvr.learner.config import SharedDataset
-from rlvr.learner.datasets import fill_spec, load_splits, shared_data_root
+from rlvr.learner.config import BuiltinDataset
+from rlvr.learner.datasets import fill_spec, load_splits, builtin_data_root
 from rlvr.verify.registry import resolve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -49,8 +49,8 @@ def test_example_loads_and_validates(path):
 def test_example_dataset_builds_tasks_with_resolvable_verifiers(path):
     cfg = load_config(path)
     ds = cfg.learn.dataset
-    if isinstance(ds, SharedDataset) and not shared_data_root(ds.root).is_dir():
-        pytest.skip("shared/data is not in this checkout")
+    if isinstance(ds, BuiltinDataset):
+        assert builtin_data_root(ds.root).is_dir(), "the builtin sets ship in the repository's data/"
     splits = load_splits(ds, seed=cfg.seed)
     assert len(splits.heldout) >= cfg.learn.eval.prompts
     for task in (splits.train[0], splits.heldout[0]):

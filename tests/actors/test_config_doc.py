@@ -53,7 +53,7 @@ def test_every_field_of_every_reachable_struct_appears(doc):
     missing = sorted(k for k in expected if k not in rows)
     assert missing == []
     for section in ("[nats]", "[bus]", "[verify]", "[verify.sandbox.limits]", "[learn.engine.loss]",
-                    '[rollout.engine] (kind = "vllm")', '[learn.dataset] (kind = "shared")',
+                    '[rollout.engine] (kind = "vllm")', '[learn.dataset] (kind = "builtin")',
                     '[learn.engine.schedule] (type = "cosine")'):
         assert f"## {section}\n" in doc
 
