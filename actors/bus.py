@@ -17,9 +17,11 @@ import time
 from typing import Any
 
 import anyio
+import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
@@ -193,24 +195,50 @@ class Bus:
         """Fire-and-forget core NATS publish (heartbeats)."""
         await self.nc.publish(subject, encode(msg))
 
-    async def dead_letter(self, stage: str, msg: Msg, reason: str, error_type: str) -> None:
+    async def dead_letter(self, stage: str, msg: Msg, reason: str, error_type: str, kind: str = "term") -> bool:
+        """Publish ``msg`` to DEAD with its reason; return True when it went as a reference.
+
+        A copy that would not fit the server's ``max_payload`` (with the
+        letter's own fields around it) goes as a reference instead: stream,
+        sequence, size and the first bytes. Raises on any publish failure
+        (timeout, storage full): the caller keeps the message and retries.
+        """
         meta = _safe_metadata(msg)
+        seq = meta.sequence.stream if meta else None
+        data = bytes(msg.data)
+        headers = dict(msg.headers or {})
         letter = DeadLetter(
             run=self.names.run,
             stage=stage,
-            reason=reason,
+            reason=reason[:_REASON_CHARS],
             error_type=error_type,
             delivery_count=meta.num_delivered if meta else 0,
             subject=msg.subject,
-            headers=dict(msg.headers or {}),
-            data=bytes(msg.data),
+            headers=headers,
+            data=data,
             replica=self.replica,
             created_at=time.time(),
+            kind=kind,
+            stream=meta.stream if meta else "",
+            stream_seq=seq or 0,
+            size=len(data),
         )
-        seq = meta.sequence.stream if meta else None
         msg_id = f"dead/{stage}/{seq}" if seq is not None else None
-        await self.publish(self.names.dead(stage), letter, msg_id=msg_id)
-        log.warning("dead_letter", stage=stage, reason=reason, error_type=error_type, stream_seq=seq)
+        reference = len(data) + _headers_size(headers) + _LETTER_OVERHEAD > self.nc.max_payload
+        if not reference:
+            try:
+                await self.publish(self.names.dead(stage), letter, msg_id=msg_id)
+            except MaxPayloadError:
+                reference = True  # the estimate was short: send the reference below
+        if reference:
+            kept = {k: v[:_REASON_CHARS] for k, v in headers.items() if k in _REFERENCE_HEADERS}
+            letter = msgspec.structs.replace(letter, data=data[:_REFERENCE_PREFIX], headers=kept, reference=True)
+            await self.publish(self.names.dead(stage), letter, msg_id=msg_id)
+        log.warning(
+            "dead_letter", stage=stage, kind=kind, reason=reason[:500], error_type=error_type,
+            stream_seq=seq, reference=reference,
+        )
+        return reference
 
     # --- run state (KV) -------------------------------------------------------
     async def kv_put(self, key: str, value: bytes) -> None:
@@ -226,6 +254,18 @@ class Bus:
                 return None
             raise
         return entry.value
+
+
+# Room left in a dead letter for its own fields next to a copied payload.
+_LETTER_OVERHEAD = 8 * 1024
+# A reference keeps this much of the payload, enough to see what it was.
+_REFERENCE_PREFIX = 4 * 1024
+_REASON_CHARS = 4 * 1024
+_REFERENCE_HEADERS = ("Nats-Msg-Id", "traceparent")
+
+
+def _headers_size(headers: dict[str, str]) -> int:
+    return sum(len(k) + len(v) + 4 for k, v in headers.items())
 
 
 def _safe_metadata(msg: Msg) -> Any:

@@ -47,6 +47,11 @@ class BusConfig(Struct, frozen=True, forbid_unknown_fields=True):
     ack_wait_s: Seconds = 30.0
     # Deliveries before a message is dead-lettered with its last error.
     max_deliver: Annotated[int, Meta(ge=1)] = 5
+    # Deliveries after which a message that made its handler raise, or that came
+    # back unsettled (its holder died or hung), is dead-lettered as a poison pill
+    # so it cannot crash-loop a role. Capped at max_deliver - 1, so the last
+    # delivery always settles the message and none is left stuck.
+    poison_after: Annotated[int, Meta(ge=1)] = 4
     # Unacknowledged messages one durable consumer may have outstanding.
     max_ack_pending: Annotated[int, Meta(ge=1)] = 4096
     # JetStream duplicate window: republished messages with the same Nats-Msg-Id inside it are dropped.

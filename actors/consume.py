@@ -7,10 +7,27 @@ Every message ends in exactly one of:
 - ``Term(reason)``: never redeliver; the message is dead-lettered first, with the reason;
 - ``in_progress`` is not an outcome but a keep-alive a handler sends during long work.
 
-Faults (exceptions from the handler) nak with a delay, and on the last
-allowed delivery (``max_deliver``) dead-letter the message with the error and
-term it, so a poison message is counted once and never silently vanishes. A
-payload that does not decode is dead-lettered at once: retrying cannot fix it.
+Messages are untrusted. Before a handler sees one, it must
+
+1. not be a poison pill: a message delivered more than ``poison_after`` times
+   without being settled (its holder died or hung with it) is dead-lettered
+   unread, so it can never crash-loop a role;
+2. decode (codec.py) and pass its family's checks (``validate``, by default
+   ``rlvr.protocol.validate.check_message``): finite numbers, lengths that
+   agree, ids in range, bounded sizes;
+3. not reuse a ``Nats-Msg-Id`` this consumer has seen with other content.
+
+A message that fails is dead-lettered at once with its reason (retrying
+cannot fix it). Faults (exceptions from the handler) nak with a delay, and on
+the ``poison_after``-th delivery dead-letter the message as a poison pill.
+
+Dead-lettering never kills the actor: a message too large to copy goes to
+DEAD as a reference (bus.py), and a failed publish to DEAD (a timeout, a full
+store) is retried with backoff while the message stays un-acked and kept
+alive with ``in_progress``. Every dead letter is counted by kind
+(``dead_letter.<kind>``, ``poison_pills``, ``dead_letter_failures``,
+``dead_letter_retrying``) in ``ConsumerStats.counters``, which each role puts
+in its heartbeat, so ``rlvr-actor status`` shows them.
 
 Drain: when ``stop`` is set the loop stops pulling (it notices within one
 ``fetch_timeout_s``); handlers in hand get ``drain_timeout_s`` to finish and
@@ -21,7 +38,9 @@ redelivery elsewhere.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -36,6 +55,7 @@ from rlvr.actors.logs import bind_message, get_logger
 from rlvr.actors.tracing import extract_context, trace_id_hex
 from rlvr.protocol import MessageDecodeError
 from rlvr.protocol.subjects import ConsumerDef
+from rlvr.protocol.validate import MessageInvalidError, check_message
 
 T = TypeVar("T")
 log = get_logger("rlvr.consume")
@@ -53,6 +73,7 @@ class Nak(msgspec.Struct, frozen=True):
 class Term(msgspec.Struct, frozen=True):
     reason: str
     error_type: str = "Term"
+    kind: str = "term"  # the counter key: dead_letter.<kind>
 
 
 class Hold(msgspec.Struct, frozen=True):
@@ -92,16 +113,45 @@ class Delivery:
             await self.msg.in_progress()
 
 
+# Dead-letter kinds, the suffix of the ``dead_letter.<kind>`` counters.
+DEAD_KINDS = ("malformed", "schema", "version", "invalid", "conflict", "poison", "term")
+# Message ids (and stream sequences) one consumer remembers, for the
+# conflicting-duplicate check and to tell its own give-backs from crashes.
+_REMEMBERED = 65_536
+
+
 class ConsumerStats:
     def __init__(self) -> None:
-        self.counters: dict[str, float] = {
-            "received": 0,
-            "acked": 0,
-            "naked": 0,
-            "dead_lettered": 0,
-            "faults": 0,
-        }
+        # ``dead_letter_retrying`` is a level (messages whose dead letter is
+        # failing right now); every other entry only grows.
+        self.counters: Counter[str] = Counter(
+            {k: 0 for k in ("received", "acked", "naked", "dead_lettered", "faults", "poison_pills",
+                            "dead_letter_failures", "dead_letter_retrying", "settle_failures")}
+        )
         self.in_flight = 0
+
+
+class _Refused(Exception):
+    def __init__(self, kind: str, reason: str, error_type: str) -> None:
+        super().__init__(reason)
+        self.kind, self.reason, self.error_type = kind, reason, error_type
+
+
+class _Lru:
+    """A bounded map that forgets its oldest entries."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[object, object] = OrderedDict()
+
+    def get(self, key: object) -> object | None:
+        return self.items.get(key)
+
+    def put(self, key: object, value: object) -> None:
+        self.items[key] = value
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
 
 
 Handler = Callable[[T, Delivery], Awaitable["Outcome | None"]]
@@ -119,6 +169,7 @@ class Consumer(Generic[T]):
         concurrency: int,
         task_id_of: Callable[[T], str | None] = lambda _: None,
         start_seq: int | None = None,
+        validate: Callable[[T], None] = check_message,
     ) -> None:
         self.bus = bus
         self.cd = cd
@@ -128,7 +179,15 @@ class Consumer(Generic[T]):
         self.concurrency = concurrency
         self.task_id_of = task_id_of
         self.start_seq = start_seq
+        self.validate = validate
         self.stats = ConsumerStats()
+        # Poison threshold: the last allowed delivery must always settle the
+        # message, or a message that keeps killing its holder stays stuck.
+        self.poison_after = max(1, min(bus.cfg.poison_after, cd.max_deliver))
+        self.unsettled_limit = max(1, min(bus.cfg.poison_after, cd.max_deliver - 1))
+        self._digests = _Lru(_REMEMBERED)  # Nats-Msg-Id -> digest of the data
+        self._returned = _Lru(_REMEMBERED)  # stream seqs this consumer gave back (nak/hold)
+        self._backoff_max_s = max(0.1, min(30.0, bus.cfg.ack_wait_s / 3))
 
     async def run(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = await self.bus.pull_subscription(self.cd, start_seq=self.start_seq)
@@ -178,14 +237,14 @@ class Consumer(Generic[T]):
         try:
             delivery = Delivery(msg)
             try:
-                obj = self.decode(msg.data)
-            except MessageDecodeError as e:
-                await self._dead(msg, e.reason, f"MessageDecodeError:{e.kind}")
+                obj = self._admit(msg, delivery)
+            except _Refused as r:
+                await self._dead(msg, r.kind, r.reason, r.error_type)
                 settled = True
                 return
             token = otel_context.attach(extract_context(delivery.headers))
             try:
-                with bind_message(task_id=self.task_id_of(obj), trace_id=trace_id_hex()):
+                with bind_message(task_id=self._task_id(obj), trace_id=trace_id_hex()):
                     try:
                         outcome = await self.handle(obj, delivery) or Ack()
                     except ActorFatalError:
@@ -201,39 +260,128 @@ class Consumer(Generic[T]):
             if not settled:
                 # Cancelled (drain timeout or shutdown): give the message back now.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    await msg.nak()
-                    self.stats.counters["naked"] += 1
+                    self._returned.put(_seq(msg), True)
+                    if await self._safely(msg.nak, "nak"):
+                        self.stats.counters["naked"] += 1
                     log.info("naked_on_stop", stream_seq=_seq(msg))
             self.stats.in_flight -= 1
             slots.release()
+
+    def _admit(self, msg: Msg, delivery: Delivery) -> T:
+        """The decoded, validated message, or ``_Refused`` saying why not."""
+        n = delivery.num_delivered
+        if n > self.unsettled_limit and self._returned.get(delivery.stream_seq) is None:
+            raise _Refused(
+                "poison",
+                f"poison pill: delivered {n} times and never settled (its holder died or hung with it); "
+                f"poison_after={self.unsettled_limit}",
+                "PoisonPill",
+            )
+        try:
+            obj = self.decode(msg.data)
+        except MessageDecodeError as e:
+            raise _Refused(e.kind, e.reason, f"MessageDecodeError:{e.kind}") from None
+        except Exception as e:  # a decoder must never take the actor down
+            raise _Refused("malformed", f"{type(e).__name__}: {e}", type(e).__name__) from None
+        try:
+            self.validate(obj)
+        except MessageInvalidError as e:
+            raise _Refused("invalid", e.reason, "MessageInvalidError") from None
+        except Exception as e:
+            raise _Refused("invalid", f"{type(e).__name__}: {e}", type(e).__name__) from None
+        msg_id = delivery.headers.get("Nats-Msg-Id")
+        if msg_id:
+            digest = hashlib.blake2b(msg.data, digest_size=16).digest()
+            seen = self._digests.get(msg_id)
+            if seen is not None and seen != digest:
+                raise _Refused(
+                    "conflict",
+                    f"Nats-Msg-Id {msg_id!r} was already received with other content "
+                    "(a republish past the duplicate window that differs from the first)",
+                    "ConflictingDuplicate",
+                )
+            self._digests.put(msg_id, digest)
+        return obj
+
+    def _task_id(self, obj: T) -> str | None:
+        try:
+            return self.task_id_of(obj)
+        except Exception:  # a log field is never worth a fault
+            return None
 
     def _fault_outcome(self, delivery: Delivery, e: Exception) -> Outcome:
         while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
             e = e.exceptions[0]  # a task group's wrapper says nothing; name the cause
         reason = f"{type(e).__name__}: {e}"
-        if delivery.num_delivered >= self.cd.max_deliver:
+        if delivery.num_delivered >= self.poison_after:
             log.error("fault_final", error=reason, deliveries=delivery.num_delivered, exc_info=e)
-            return Term(f"max_deliver ({self.cd.max_deliver}) reached; last error: {reason}", type(e).__name__)
+            return Term(
+                f"poison pill: its handler raised on {delivery.num_delivered} deliveries "
+                f"(poison_after={self.poison_after}, max_deliver={self.cd.max_deliver}); last error: {reason}",
+                type(e).__name__,
+                kind="poison",
+            )
         log.warning("fault_retry", error=reason, deliveries=delivery.num_delivered, exc_info=e)
         return Nak(self.bus.cfg.nak_delay_s * delivery.num_delivered, reason)
 
     async def _settle(self, msg: Msg, outcome: Outcome) -> None:
         match outcome:
             case Ack():
-                await msg.ack()
-                self.stats.counters["acked"] += 1
+                if await self._safely(msg.ack, "ack"):
+                    self.stats.counters["acked"] += 1
             case Nak(delay_s=delay):
-                await msg.nak(delay=delay or None)
-                self.stats.counters["naked"] += 1
-            case Term(reason=reason, error_type=error_type):
-                await self._dead(msg, reason, error_type)
+                self._returned.put(_seq(msg), True)
+                if await self._safely(lambda: msg.nak(delay=delay or None), "nak"):
+                    self.stats.counters["naked"] += 1
+            case Term(reason=reason, error_type=error_type, kind=kind):
+                await self._dead(msg, kind, reason, error_type)
             case Hold():
-                pass
+                self._returned.put(_seq(msg), True)
 
-    async def _dead(self, msg: Msg, reason: str, error_type: str) -> None:
-        await self.bus.dead_letter(self.stage, msg, reason, error_type)
-        await msg.term()
+    async def _safely(self, op: Callable[[], Awaitable[object]], what: str) -> bool:
+        """Ack/nak/term; a failure is logged and counted, never fatal: the
+        server redelivers after ack_wait, which at-least-once already allows."""
+        try:
+            await op()
+            return True
+        except Exception as e:
+            self.stats.counters["settle_failures"] += 1
+            log.warning("settle_failed", op=what, error=repr(e))
+            return False
+
+    async def _dead(self, msg: Msg, kind: str, reason: str, error_type: str) -> None:
+        """Dead-letter and term ``msg``; retry the dead letter until it is stored.
+
+        While DEAD refuses it (storage full, timeouts) the message stays
+        un-acked and ours (``in_progress``) and the failure shows in the
+        counters; a stop cancels the wait and ``_one`` naks it back.
+        """
+        delay, failing = 0.2, False
+        try:
+            while True:
+                try:
+                    reference = await self.bus.dead_letter(self.stage, msg, reason, error_type, kind)
+                    break
+                except Exception as e:
+                    self.stats.counters["dead_letter_failures"] += 1
+                    if not failing:
+                        failing = True
+                        self.stats.counters["dead_letter_retrying"] += 1
+                    log.error("dead_letter_failed", kind=kind, error=repr(e), retry_in_s=delay, stream_seq=_seq(msg))
+                    with anyio.move_on_after(5):
+                        await self._safely(msg.in_progress, "in_progress")
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, self._backoff_max_s)
+        finally:
+            if failing:
+                self.stats.counters["dead_letter_retrying"] -= 1
+        await self._safely(msg.term, "term")
         self.stats.counters["dead_lettered"] += 1
+        self.stats.counters[f"dead_letter.{kind}"] += 1
+        if kind == "poison":
+            self.stats.counters["poison_pills"] += 1
+        if reference:
+            self.stats.counters["dead_letter_references"] += 1
 
 
 async def _slot_or_stop(slots: anyio.Semaphore, stop: anyio.Event) -> bool:

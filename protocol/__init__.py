@@ -16,6 +16,7 @@ from rlvr.protocol.control import Control, DeadLetter, Heartbeat
 from rlvr.protocol.samples import OUTCOMES, Completion, Sample, Scored, Timings, Verdict
 from rlvr.protocol.subjects import RunNames, validate_run_id
 from rlvr.protocol.tasks import ChatMessage, SamplingParams, Task, VerifierSpec
+from rlvr.protocol.validate import MessageInvalidError, check_message, check_token_ids_in_vocab
 from rlvr.protocol.weights import WeightFile, WeightsAnnouncement
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "DeadLetter",
     "Heartbeat",
     "MessageDecodeError",
+    "MessageInvalidError",
     "RunNames",
     "Sample",
     "SamplingParams",
@@ -37,6 +39,8 @@ __all__ = [
     "VerifierSpec",
     "WeightFile",
     "WeightsAnnouncement",
+    "check_message",
+    "check_token_ids_in_vocab",
     "decode",
     "encode",
     "validate_run_id",

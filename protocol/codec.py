@@ -71,6 +71,10 @@ def decode(data: bytes, expected: type[T]) -> T:
         raise MessageDecodeError("schema", str(e)) from None
     except msgspec.DecodeError as e:
         raise MessageDecodeError("malformed", f"not valid msgpack: {e}") from None
+    except RecursionError:
+        # Free-form fields (verifier params) accept any msgpack, and msgpack
+        # nests arrays one byte per level: a small payload can exhaust the stack.
+        raise MessageDecodeError("malformed", "nested too deeply to decode") from None
     supported = SUPPORTED_VERSION[type(msg)]
     if msg.v > supported:
         raise UnsupportedVersionError(type(msg).__name__, msg.v, supported)

@@ -36,6 +36,14 @@ class Control(Struct, frozen=True, tag="control", omit_defaults=True):
 
 
 class DeadLetter(Struct, frozen=True, tag="dead", omit_defaults=True):
+    """A message a consumer gave up on, with why.
+
+    Normally a copy (``data`` holds the raw bytes). A message too large to
+    copy into DEAD under the server's ``max_payload`` is sent as a
+    *reference*: ``reference`` is true, ``data`` holds only its first bytes,
+    and ``stream``/``stream_seq``/``size`` say where it was and how big.
+    """
+
     run: str
     stage: str  # the consumer that gave up: "rollout", "verify", "learn"
     reason: str
@@ -47,6 +55,12 @@ class DeadLetter(Struct, frozen=True, tag="dead", omit_defaults=True):
     replica: str
     created_at: float
     v: int = 1
+    # Why, as a counter key: malformed, schema, version, invalid, conflict, poison, term.
+    kind: str = ""
+    stream: str = ""
+    stream_seq: int = 0
+    size: int = 0  # bytes of the original payload
+    reference: bool = False
 
 
 __all__ = ["Control", "DeadLetter", "Heartbeat", "Role"]

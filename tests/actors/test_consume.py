@@ -21,7 +21,7 @@ async def _bus(url: str, **bus) -> Bus:
     return b
 
 
-def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliver(nats_server):
+def test_a_message_that_keeps_failing_is_dead_lettered_as_a_poison_pill_by_max_deliver(nats_server):
     deliveries: list[int] = []
 
     async def main():
@@ -51,8 +51,10 @@ def test_a_message_that_keeps_failing_is_dead_lettered_after_max_deliver(nats_se
     counters = anyio.run(main)
     assert deliveries == [1, 2, 3]
     assert counters["dead_lettered"] == 1 and counters["faults"] == 3 and counters["naked"] == 2
+    assert counters["poison_pills"] == 1 and counters["dead_letter.poison"] == 1
     dead = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
-    assert len(dead) == 1 and "max_deliver (3) reached" in dead[0].reason and "backend unavailable" in dead[0].reason
+    assert len(dead) == 1 and "poison pill" in dead[0].reason and "backend unavailable" in dead[0].reason
+    assert "max_deliver=3" in dead[0].reason and dead[0].kind == "poison"
     assert dead[0].error_type == "RuntimeError" and dead[0].delivery_count == 3
 
 

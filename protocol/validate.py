@@ -1,0 +1,266 @@
+"""Checks every consumed message passes after it decodes, before any use.
+
+Decoding (codec.py) proves a payload has the right shape. It does not prove
+the values are usable: msgpack carries NaN and ±inf floats, ids of any size,
+lists of any length, and two lists that should agree can disagree. A bad
+value that gets past here can crash-loop a role (a NaN reward made
+``statistics.pstdev`` raise on every replay) or reach the weights.
+
+``check_message(msg)`` dispatches on the message type and raises
+``MessageInvalidError`` whose ``reason`` names the field and the rule; the
+consume loop dead-letters the message with that reason. The bounds are the
+constants below: far above any real run, far below what exhausts a role.
+
+``check_token_ids_in_vocab(scored, vocab_size)`` is the one check that needs
+something only the learner knows (its model's vocabulary): the learner calls
+it before a sample reaches the embedding, where an out-of-range id is a
+device-side assert on a GPU.
+
+Not here: whether a message is a duplicate (the ledger and the consume
+loop's duplicate check), and whether a verifier's params are right for that
+verifier (each verifier's typed params, in verify/).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rlvr.protocol.control import Control, DeadLetter, Heartbeat
+from rlvr.protocol.samples import Sample, Scored, Verdict
+from rlvr.protocol.tasks import SamplingParams, Task, VerifierSpec
+from rlvr.protocol.weights import WeightsAnnouncement
+
+# Group size: completions per task. GRPO uses 4-64; 1024 leaves room for
+# pass@k evaluation while bounding what one task can ask of the rollout pool.
+MAX_GROUP_SIZE = 1024
+# Most new tokens per completion (SamplingParams.max_tokens), and the longest
+# prompt or completion in tokens: 128 Ki, the longest context of current models.
+MAX_TOKENS = 131_072
+# Characters of a prompt (all chat messages together) or a completion's text.
+MAX_TEXT_CHARS = 4_000_000
+# Chat messages in one prompt; stop strings in one SamplingParams.
+MAX_CHAT_MESSAGES = 256
+MAX_STOP_STRINGS = 32
+# Entries of a ``tests`` list in a verifier's params (code verifiers), and how
+# deeply the params may nest (msgpack nesting is what exhausts the stack).
+MAX_TESTS = 1_000
+MAX_PARAMS_DEPTH = 16
+# Characters of an id (run, task_id, group_id, replica, dataset, verifier name).
+MAX_ID_CHARS = 512
+# Token ids index an embedding: non-negative, and below 2**31 before the
+# learner's own vocabulary check (torch's int64 would accept 2**63).
+MAX_TOKEN_ID = 2**31 - 1
+# Rewards and reward components are O(1) by design; 1e6 bounds a reward an
+# advantage can still be computed from in float32 without overflow.
+MAX_ABS_REWARD = 1e6
+# Named reward components in one verdict.
+MAX_COMPONENTS = 64
+# A log-prob is <= 0; the small slack absorbs rounding in an engine's
+# log-softmax. Below -1e4 a probability is 0 in any float type: such a
+# value is a bug, and it would make an importance ratio overflow.
+MAX_LOGPROB = 1e-3
+MIN_LOGPROB = -1e4
+# Sampling temperature: 0 is greedy; above 100 sampling is uniform noise.
+MAX_TEMPERATURE = 100.0
+# Files in one weights announcement.
+MAX_WEIGHT_FILES = 10_000
+
+
+class MessageInvalidError(ValueError):
+    """A message that decoded but breaks a rule; ``reason`` names the field."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _fail(reason: str) -> None:
+    raise MessageInvalidError(reason)
+
+
+def _finite(path: str, x: float, lo: float = -math.inf, hi: float = math.inf) -> None:
+    if not math.isfinite(x):
+        _fail(f"{path} must be finite, got {x!r}")
+    if not lo <= x <= hi:
+        _fail(f"{path} must be in [{lo:g}, {hi:g}], got {x!r}")
+
+
+def _id(path: str, s: str, *, empty_ok: bool = False) -> None:
+    if not s and not empty_ok:
+        _fail(f"{path} must not be empty")
+    if len(s) > MAX_ID_CHARS:
+        _fail(f"{path} is {len(s)} characters, more than {MAX_ID_CHARS}")
+
+
+def _count(path: str, n: int, most: int) -> None:
+    if n > most:
+        _fail(f"{path} has {n} entries, more than {most}")
+
+
+def _depth(x: Any, limit: int) -> int:
+    """Nesting depth of a decoded params value, stopping once past ``limit``."""
+    if limit < 0:
+        return 1
+    if isinstance(x, dict):
+        return 1 + max((_depth(v, limit - 1) for v in x.values()), default=0)
+    if isinstance(x, (list, tuple)):
+        return 1 + max((_depth(v, limit - 1) for v in x), default=0)
+    return 0
+
+
+def check_sampling(p: SamplingParams, path: str = "sampling") -> None:
+    _finite(f"{path}.temperature", p.temperature, 0.0, MAX_TEMPERATURE)
+    _finite(f"{path}.top_p", p.top_p, 0.0, 1.0)
+    if p.top_p <= 0.0:
+        _fail(f"{path}.top_p must be > 0, got {p.top_p!r}")
+    if p.top_k < -1 or p.top_k > MAX_TOKEN_ID:
+        _fail(f"{path}.top_k must be -1, 0 or a positive count, got {p.top_k}")
+    if not 1 <= p.max_tokens <= MAX_TOKENS:
+        _fail(f"{path}.max_tokens must be in [1, {MAX_TOKENS}], got {p.max_tokens}")
+    _count(f"{path}.stop", len(p.stop), MAX_STOP_STRINGS)
+    if any(not s or len(s) > MAX_ID_CHARS for s in p.stop):
+        _fail(f"{path}.stop strings must be 1-{MAX_ID_CHARS} characters")
+    if p.seed is not None and not 0 <= p.seed < 2**63:
+        _fail(f"{path}.seed must be in [0, 2**63), got {p.seed}")
+
+
+def check_verifier_spec(spec: VerifierSpec, path: str = "verifier") -> None:
+    _id(f"{path}.name", spec.name)
+    if _depth(spec.params, MAX_PARAMS_DEPTH) > MAX_PARAMS_DEPTH:
+        _fail(f"{path}.params nests deeper than {MAX_PARAMS_DEPTH} levels")
+    tests = spec.params.get("tests")
+    if isinstance(tests, (list, tuple)):
+        _count(f"{path}.params.tests", len(tests), MAX_TESTS)
+
+
+def check_task(task: Task) -> None:
+    _id("run", task.run)
+    _id("task_id", task.task_id)
+    _id("dataset", task.dataset, empty_ok=True)
+    if not 1 <= task.n <= MAX_GROUP_SIZE:
+        _fail(f"n must be in [1, {MAX_GROUP_SIZE}], got {task.n}")
+    if isinstance(task.prompt, str):
+        chars = len(task.prompt)
+    else:
+        _count("prompt", len(task.prompt), MAX_CHAT_MESSAGES)
+        chars = sum(len(m.content) for m in task.prompt)
+    if chars > MAX_TEXT_CHARS:
+        _fail(f"prompt is {chars} characters, more than {MAX_TEXT_CHARS}")
+    check_sampling(task.sampling)
+    check_verifier_spec(task.verifier)
+    _finite("created_at", task.created_at, 0.0)
+
+
+def _check_ids(path: str, ids: list[int]) -> None:
+    _count(path, len(ids), MAX_TOKENS)
+    for i, t in enumerate(ids):
+        if not 0 <= t <= MAX_TOKEN_ID:
+            _fail(f"{path}[{i}] = {t} is not a token id (0 <= id <= {MAX_TOKEN_ID})")
+
+
+def check_sample(s: Sample) -> None:
+    _id("run", s.run)
+    _id("task_id", s.task_id)
+    _id("group_id", s.group_id)
+    _id("replica", s.replica, empty_ok=True)
+    _id("dataset", s.dataset, empty_ok=True)
+    if not 1 <= s.group_size <= MAX_GROUP_SIZE:
+        _fail(f"group_size must be in [1, {MAX_GROUP_SIZE}], got {s.group_size}")
+    if not 0 <= s.sample_index < s.group_size:
+        _fail(f"sample_index must be in [0, group_size={s.group_size}), got {s.sample_index}")
+    if s.policy_version_max < s.policy_version:
+        _fail(f"policy_version_max ({s.policy_version_max}) is below policy_version ({s.policy_version})")
+    _check_ids("prompt_ids", s.prompt_ids)
+    _check_ids("completion.ids", s.completion.ids)
+    if len(s.completion.logprobs) != len(s.completion.ids):
+        _fail(
+            f"completion.logprobs has {len(s.completion.logprobs)} entries for "
+            f"{len(s.completion.ids)} completion.ids (one log-prob per token)"
+        )
+    for i, lp in enumerate(s.completion.logprobs):
+        if not (math.isfinite(lp) and MIN_LOGPROB <= lp <= MAX_LOGPROB):
+            _fail(f"completion.logprobs[{i}] = {lp!r} is not a log-prob in [{MIN_LOGPROB:g}, 0]")
+    if len(s.text) > MAX_TEXT_CHARS:
+        _fail(f"text is {len(s.text)} characters, more than {MAX_TEXT_CHARS}")
+    check_verifier_spec(s.verifier)
+    check_sampling(s.sampling)
+    if len(s.completion.ids) > s.sampling.max_tokens:
+        _fail(f"completion has {len(s.completion.ids)} tokens, more than sampling.max_tokens={s.sampling.max_tokens}")
+    t = s.timings
+    _finite("timings.queued_s", t.queued_s, 0.0)
+    _finite("timings.generate_s", t.generate_s, 0.0)
+    _finite("timings.finished_at", t.finished_at, 0.0)
+
+
+def check_verdict(v: Verdict, path: str = "verdict") -> None:
+    _finite(f"{path}.reward", v.reward, -MAX_ABS_REWARD, MAX_ABS_REWARD)
+    _count(f"{path}.components", len(v.components), MAX_COMPONENTS)
+    for k, x in v.components.items():
+        _id(f"{path}.components key", k)
+        _finite(f"{path}.components[{k!r}]", x, -MAX_ABS_REWARD, MAX_ABS_REWARD)
+    _id(f"{path}.verifier", v.verifier, empty_ok=True)
+    _finite(f"{path}.latency_s", v.latency_s, 0.0)
+    if v.extracted is not None and len(v.extracted) > MAX_TEXT_CHARS:
+        _fail(f"{path}.extracted is {len(v.extracted)} characters, more than {MAX_TEXT_CHARS}")
+    if len(v.detail) > MAX_TEXT_CHARS:
+        _fail(f"{path}.detail is {len(v.detail)} characters, more than {MAX_TEXT_CHARS}")
+
+
+def check_scored(sc: Scored) -> None:
+    check_sample(sc.sample)
+    check_verdict(sc.verdict)
+    _id("replica", sc.replica, empty_ok=True)
+
+
+def check_weights(w: WeightsAnnouncement) -> None:
+    _count("files", len(w.files), MAX_WEIGHT_FILES)
+    _finite("created_at", w.created_at, 0.0)
+
+
+def check_message(msg: object) -> None:
+    """Validate any wire message; raise ``MessageInvalidError`` naming the field."""
+    match msg:
+        case Task():
+            check_task(msg)
+        case Sample():
+            check_sample(msg)
+        case Scored():
+            check_scored(msg)
+        case WeightsAnnouncement():
+            check_weights(msg)
+        case Heartbeat() | Control() | DeadLetter():
+            pass  # observed, never acted on as work
+        case _:
+            raise TypeError(f"{type(msg).__name__} is not a wire message type")
+
+
+def check_token_ids_in_vocab(scored: Scored, vocab_size: int) -> None:
+    """Every prompt and completion id of ``scored`` is below ``vocab_size``.
+
+    The learner calls this before the sample reaches its embedding: on a GPU
+    an out-of-range id is a device-side assert that kills the process, and the
+    sample would be replayed into it after every restart.
+    """
+    s = scored.sample
+    for path, ids in (("prompt_ids", s.prompt_ids), ("completion.ids", s.completion.ids)):
+        top = max(ids, default=-1)
+        if top >= vocab_size:
+            i = ids.index(top)
+            _fail(f"{path}[{i}] = {top} is outside the learner's vocabulary of {vocab_size}")
+
+
+__all__ = [
+    "MAX_ABS_REWARD",
+    "MAX_GROUP_SIZE",
+    "MAX_TEXT_CHARS",
+    "MAX_TESTS",
+    "MAX_TOKENS",
+    "MessageInvalidError",
+    "check_message",
+    "check_sample",
+    "check_scored",
+    "check_task",
+    "check_token_ids_in_vocab",
+    "check_verdict",
+]
