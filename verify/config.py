@@ -3,7 +3,8 @@
 It covers the worker pool (size, hard timeout, the reward a timeout gets),
 how many messages one replica holds at once, and the sandbox that code
 verifiers use. Which verifier scores a task and with which parameters is not
-config: it travels in each task's ``VerifierSpec``.
+config: it travels in each task's ``VerifierSpec``, and names a built-in or
+one of the ``plugins`` listed here (never an arbitrary import path).
 
 The comment above each field is its documentation (the README's option
 table is generated from these comments).
@@ -36,12 +37,30 @@ class SandboxLimitsConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class SandboxConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    # Where untrusted code runs: "local" (bubblewrap / unshare + rlimits) or "docker".
-    backend: Literal["local", "docker"] = "local"
-    # Docker image for the "docker" backend (built locally; images are never pulled).
+    # Isolation of untrusted code: "auto" (bwrap, else docker; never "none"), "bwrap" (namespaces; no root needed), "docker" (a locked-down container), or "none" (no namespaces; needs allow_unsandboxed).
+    level: Literal["auto", "bwrap", "docker", "none"] = "auto"
+    # Set to true, on purpose, to let level "none" run untrusted code without namespaces.
+    allow_unsandboxed: bool = False
+    # Docker image for level "docker" (built locally; images are never pulled).
     docker_image: str = "rlvr-sandbox:local"
+    # Size cap of the program's work dir, MiB (a tmpfs; not capped at level "none").
+    work_mb: Annotated[int, Meta(ge=1, le=65536)] = 64
+    # Size cap of /tmp and of /dev/shm, MiB each (tmpfs).
+    tmp_mb: Annotated[int, Meta(ge=1, le=65536)] = 64
     # Per-run resource limits.
     limits: SandboxLimitsConfig = SandboxLimitsConfig()
+
+    def __post_init__(self) -> None:
+        if self.level == "none" and not self.allow_unsandboxed:
+            raise ValueError(
+                'verify.sandbox.level = "none" runs untrusted code without namespaces: '
+                "set verify.sandbox.allow_unsandboxed = true to allow it on purpose"
+            )
+
+    @property
+    def backend(self) -> Literal["local", "docker"]:
+        """The sandbox class the level needs."""
+        return "docker" if self.level == "docker" else "local"
 
 
 class VerifyConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -59,6 +78,10 @@ class VerifyConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_tasks_per_worker: Annotated[int, Meta(ge=0)] = 0
     # Verifiers warmed up in every worker at start, so the first real call pays no import.
     warm_verifiers: tuple[str, ...] = ("math",)
+    # Plug-in verifiers, "package.module:ATTR" each naming a module-level Verifier,
+    # imported once at start (a bad one stops the replica). Tasks may then name them;
+    # a message never makes the verifier import anything it names.
+    plugins: tuple[str, ...] = ()
     # Messages one replica holds at once (pulled, not yet acked); at least pool_size keeps workers busy.
     concurrency: Annotated[int, Meta(ge=1, le=4096)] = 8
     # Seconds between in_progress signals for a message still being verified.
@@ -67,6 +90,10 @@ class VerifyConfig(Struct, frozen=True, forbid_unknown_fields=True):
     sandbox: SandboxConfig = SandboxConfig()
 
     def __post_init__(self) -> None:
+        for i, path in enumerate(self.plugins):
+            module, _, attr = path.partition(":")
+            if not (module and attr.isidentifier() and all(p.isidentifier() for p in module.split("."))):
+                raise ValueError(f"plugins[{i}] = {path!r} is not 'package.module:ATTR'")
         # A sandbox run longer than the pool timeout would always end as a
         # pool timeout (the worker killed) instead of a clean sandbox verdict.
         if self.sandbox.limits.wall_s >= self.timeout_s:

@@ -1,5 +1,6 @@
-"""The local sandbox at each isolation level (bwrap, unshare, none): it runs
-programs with stdin and limits, and reports failures as data."""
+"""The local sandbox at each isolation level (bwrap, none): it runs programs
+with stdin and limits, and reports failures as data. Attacks on it are in
+test_sandbox_hostile.py."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ import os
 
 import pytest
 
-from rlvr.verify.sandbox import SandboxFilesInvalidError, SandboxLimits, SandboxUnavailableError, make_sandbox
+from rlvr.verify.sandbox import (
+    SandboxFilesInvalidError,
+    SandboxLimits,
+    SandboxUnavailableError,
+    SandboxUnsandboxedError,
+    make_sandbox,
+)
 
 LIMITS = SandboxLimits(wall_s=3.0, cpu_s=3, output_bytes=4096)
 
 
-@pytest.fixture(scope="module", params=["bwrap", "unshare", "none"])
+@pytest.fixture(scope="module", params=["bwrap", "none"])
 def box(request):
     try:
-        sb = make_sandbox("local", isolation=request.param)
+        sb = make_sandbox("local", isolation=request.param, allow_unsandboxed=True)
     except SandboxUnavailableError as e:
         pytest.skip(f"isolation {request.param} unavailable here: {e}")
     assert sb.isolation == request.param
@@ -87,5 +94,25 @@ def test_file_names_cannot_leave_the_work_dir(box):
 
 
 def test_an_isolation_that_cannot_run_is_refused_with_the_reason():
-    with pytest.raises(SandboxUnavailableError, match="none:"):
-        make_sandbox("local", isolation="none", python="/nonexistent/python3")
+    with pytest.raises(SandboxUnavailableError, match="none: no interpreter at /nonexistent/python3"):
+        make_sandbox("local", isolation="none", python="/nonexistent/python3", allow_unsandboxed=True)
+
+
+def test_level_none_is_refused_unless_allowed_on_purpose():
+    with pytest.raises(SandboxUnsandboxedError, match="allow_unsandboxed = true"):
+        make_sandbox("local", isolation="none")
+
+
+def test_the_default_local_level_is_bwrap_never_none():
+    try:
+        sb = make_sandbox("local")
+    except SandboxUnavailableError as e:
+        assert str(e).startswith("bwrap:")  # it failed loudly rather than drop to none
+        return
+    assert sb.isolation == "bwrap"
+    sb.close()
+
+
+def test_the_removed_unshare_level_is_refused_by_name():
+    with pytest.raises(SandboxUnavailableError, match="'unshare' does not exist"):
+        make_sandbox("local", isolation="unshare")

@@ -1,5 +1,6 @@
-"""Sandboxes for untrusted programs: ``local`` (bubblewrap / unshare / rlimits)
-and ``docker``, behind one interface (see ``base``)."""
+"""Sandboxes for untrusted programs: ``local`` (bubblewrap, or ``none``) and
+``docker``, behind one interface (see ``base``); ``levels`` builds one from
+``[verify.sandbox]`` and says which level is in use and why."""
 
 from rlvr.verify.sandbox.base import (
     ExecutionResult,
@@ -7,6 +8,7 @@ from rlvr.verify.sandbox.base import (
     SandboxFilesInvalidError,
     SandboxLimits,
     SandboxUnavailableError,
+    SandboxUnsandboxedError,
     make_sandbox,
 )
 
@@ -16,5 +18,6 @@ __all__ = [
     "SandboxFilesInvalidError",
     "SandboxLimits",
     "SandboxUnavailableError",
+    "SandboxUnsandboxedError",
     "make_sandbox",
 ]

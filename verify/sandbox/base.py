@@ -7,7 +7,9 @@ start the program at all), so the caller can say ``sandbox_error`` rather
 than mistake infrastructure for a wrong answer.
 
 Exceptions are for misuse and set-up faults: ``SandboxUnavailableError`` when
-a backend cannot be built here (no bwrap when forced, no Docker engine).
+a backend cannot be built here (no bwrap, no Docker engine), and
+``SandboxUnsandboxedError`` when level ``none`` is asked for without
+``allow_unsandboxed``.
 
 ``argv[0]`` of ``"python"`` or ``"python3"`` means the sandbox's own Python
 interpreter (configured per backend); any other argv runs as given.
@@ -57,6 +59,10 @@ class SandboxUnavailableError(RuntimeError):
     """The requested backend (or isolation level) cannot run on this host."""
 
 
+class SandboxUnsandboxedError(ValueError):
+    """Level ``none`` was requested without ``allow_unsandboxed=True``."""
+
+
 class SandboxFilesInvalidError(ValueError):
     """A file name would land outside the work dir (absolute, ``..``, empty)."""
 
@@ -70,8 +76,9 @@ def check_file_names(files: dict[str, str]) -> None:
 
 def make_sandbox(backend: Literal["local", "docker"], **opts: Any) -> Sandbox:
     """Build a sandbox. ``opts`` go to the backend's constructor:
-    ``LocalSandbox(isolation="auto"|"bwrap"|"unshare"|"none", python=...)``,
-    ``DockerSandbox(image=..., python=..., client=...)``."""
+    ``LocalSandbox(isolation="bwrap"|"none", python=..., tmp_mb=..., work_mb=...,
+    allow_unsandboxed=...)``, ``DockerSandbox(image=..., python=..., client=...)``.
+    From a ``[verify.sandbox]`` config use ``levels.sandbox_from_config``."""
     if backend == "local":
         from rlvr.verify.sandbox.local import LocalSandbox
 
@@ -89,6 +96,7 @@ __all__ = [
     "SandboxFilesInvalidError",
     "SandboxLimits",
     "SandboxUnavailableError",
+    "SandboxUnsandboxedError",
     "check_file_names",
     "make_sandbox",
 ]

@@ -96,6 +96,7 @@ class DockerSandbox:
         client: Any = None,
         cpus: float = 1.0,
         work_mb: int = 64,
+        tmp_mb: int = 16,
     ) -> None:
         try:
             import docker
@@ -110,7 +111,9 @@ class DockerSandbox:
             self._client.images.get(image)
         except Exception as e:
             raise SandboxUnavailableError(f"image {image!r} not found (build it with scripts/ci_docker.sh): {e}") from e
-        self.image, self.python, self.cpus, self.work_mb = image, python, cpus, work_mb
+        self.image, self.python, self.cpus, self.work_mb, self.tmp_mb = image, python, cpus, work_mb, tmp_mb
+        self.why = (f"docker: container from {image} as uid 65534, no network, read-only root, "
+                    f"/work {work_mb} MiB, /tmp {tmp_mb} MiB")
         self._container: Any = None
         self._key: tuple[int, int] | None = None
         self._ooms = -1  # the container's OOM-kill count after the last run
@@ -194,10 +197,11 @@ class DockerSandbox:
             pids_limit=limits.processes + 4,
             nano_cpus=int(self.cpus * 1e9),
             read_only=True,
-            tmpfs={"/work": f"rw,exec,size={self.work_mb}m,mode=1777", "/tmp": "rw,size=16m,mode=1777"},
+            tmpfs={"/work": f"rw,exec,size={self.work_mb}m,mode=1777", "/tmp": f"rw,size={self.tmp_mb}m,mode=1777"},
             user=_USER,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
+            shm_size=f"{self.tmp_mb}m",
             labels={"rlvr.sandbox": "1"},
         )
         self._key, self._ooms = key, 0

@@ -1,44 +1,36 @@
-"""The ``local`` sandbox: untrusted programs in a child process tree, isolated
-with bubblewrap, else ``unshare``, else rlimits and a throwaway uid only.
+"""The ``local`` sandbox: untrusted programs in a child process tree on this
+host, at one of two explicit isolation levels (``isolation=``; nothing is
+picked silently, see ``rlvr.verify.sandbox.levels`` for ``auto``):
 
-Isolation levels (``isolation=``; ``auto`` picks the first that works here,
-probed once per process, and ``self.isolation`` / ``self.why`` say which and
-why):
+- ``bwrap`` (the default): bubblewrap in new user, pid, network, ipc, uts and
+  mount namespaces. A verifier that is not root needs nothing more than
+  unprivileged user namespaces; a root verifier runs bwrap as a random
+  unprivileged uid drawn per run. Inside: a read-only root holding only
+  ``/usr`` (plus the ``/bin``, ``/lib*`` links, ``ld.so.cache``,
+  ``localtime``) and the interpreter's prefix; a fresh ``/proc`` of its own
+  pid namespace; a minimal ``/dev``; size-capped tmpfs ``/work`` (the work dir,
+  ``work_mb``), ``/tmp`` and ``/dev/shm`` (``tmp_mb`` each). Nothing else of
+  the host is mounted: no ``/etc``, no ``/home``, no ``/run`` or
+  ``/var/run/secrets`` (a pod's service-account token), no docker socket.
+  When the program exits, or the run is killed, bwrap's pid 1 goes and the
+  kernel kills every process left in the namespace (``setsid`` included).
+- ``none``: no namespaces, for hosts that forbid them; it runs only with
+  ``allow_unsandboxed=True``. The program is confined by Landlock where the
+  kernel has it (reads: system dirs; writes: its work dir; no TCP; no signals,
+  ptrace or ``/proc/<pid>/environ`` outside itself), the work dir is a
+  host directory (not size-capped: there is no unprivileged way), and the
+  sandbox makes its own process a child subreaper, so that every orphan of
+  the run (``setsid`` included) is reparented to it and killed after the run.
 
-- ``bwrap``: ``bwrap --unshare-all --unshare-user --disable-userns``, a new
-  root holding only read-only ``/usr`` (plus the ``/bin``, ``/lib*`` links,
-  ``ld.so.cache``), fresh ``/proc``, ``/dev`` and ``/tmp``, the work dir at
-  ``/work``, no network, no ``/etc/shadow`` or anything else from ``/etc``.
-- ``unshare``: new mount, network, pid, ipc and uts namespaces (plus a user
-  namespace when not root). A tmpfs covers every world-writable dir (``/tmp``,
-  ``/var/tmp``, ``/dev/shm``, ``/run/lock``); the work dir is moved back in
-  place. The host's read-only view of ``/`` stays visible, so secrets rely on
-  file permissions plus the unprivileged uid below.
-- ``none``: no namespaces (they are not permitted, e.g. inside some
-  containers); everything else below still applies, but the network is open.
-
-Always, whatever the level:
-- a fresh private work dir per run, deleted afterwards;
-- when the caller is root, the program runs as a random unprivileged uid/gid
-  drawn per run (no passwd entry): it cannot read root's files
-  (``/etc/shadow``), write outside its work dir, or signal the caller, and
-  ``RLIMIT_NPROC`` is enforced (the kernel ignores it for uid 0) and counted
-  for this run alone;
-- rlimits through ``prlimit``: CPU (SIGXCPU at ``cpu_s``), address space,
-  file size, open files, processes, no core dumps;
-- an environment built from scratch (PATH, HOME, LANG, TMPDIR, PYTHON*
-  flags), so no host secret reaches the program;
-- a new session, killed as a whole group at the wall-clock deadline; the pid
-  namespace (bwrap/unshare) takes every descendant with it; at level ``none``
-  every process of the run's uid is killed afterwards;
-- stdout and stderr read in chunks by a ``selectors`` loop in this thread
-  (no reader threads); at ``output_bytes`` on either stream the run is killed
-  and marked ``output_truncated``.
-
-A setup marker (a random token that ``/bin/sh`` prints as the first line of
-stdout just before it execs the program; stripped from ``stdout``) tells a
-sandbox failure (``error``) from a program that failed: the program starts
-after the marker, so it can neither forge nor suppress it.
+Always: the trusted prelude (``prelude.py``, run by the sandbox's interpreter)
+writes the files, sets rlimits (CPU, address space, file size, open files,
+processes, no core) from inside the namespaces, replaces the environment with
+a fixed one (PATH, HOME, LANG, TMPDIR, PYTHON* flags) and prints a per-run
+marker just before it ``exec``s the program, so a sandbox failure
+(``error``) is told from a program that failed: the program starts after the
+marker, so it can neither forge nor suppress it. stdout and stderr are read
+in chunks by a ``selectors`` loop in this thread; at ``output_bytes`` on
+either stream the run is killed and marked ``output_truncated``.
 
 Not covered: seccomp filters and cgroup memory accounting (the docker backend
 has cgroups). ``memory_exceeded`` is inferred from a ``MemoryError`` /
@@ -47,9 +39,9 @@ allocation failure on stderr.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
-import selectors
 import shutil
 import signal
 import subprocess
@@ -57,20 +49,24 @@ import tempfile
 import time
 import weakref
 from functools import lru_cache
-from typing import Literal
+from pathlib import Path
 
+from rlvr.verify.sandbox import prelude
 from rlvr.verify.sandbox.base import (
     ExecutionResult,
     SandboxLimits,
     SandboxUnavailableError,
+    SandboxUnsandboxedError,
     check_file_names,
 )
+from rlvr.verify.sandbox.pump import pump
+from rlvr.verify.sandbox.reaper import become_subreaper, kill_orphans, kill_uid, processes_of
 
-Isolation = Literal["auto", "bwrap", "unshare", "none"]
-_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-_STAGE = "/mnt"  # an empty dir every distro ships; the work dir waits here while /tmp is covered
+LEVELS = ("bwrap", "none")
+_PRELUDE = Path(prelude.__file__).read_text(encoding="utf-8")
 _MEMORY_MARKS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc")
-_GRACE_S = 1.0  # how long to drain pipes after the program is gone
+_SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache",
+                "/etc/localtime", "/etc/python3", "/dev/zero", "/dev/urandom", "/dev/random")
 
 
 def _default_python() -> str:
@@ -86,28 +82,42 @@ def _default_python() -> str:
 class LocalSandbox:
     def __init__(
         self,
-        isolation: Isolation = "auto",
+        isolation: str = "bwrap",
         python: str | None = None,
         uid_base: int = 1_000_000,
+        tmp_mb: int = 64,
+        work_mb: int = 64,
+        allow_unsandboxed: bool = False,
     ) -> None:
+        if isolation not in LEVELS:
+            raise SandboxUnavailableError(f"local isolation {isolation!r} does not exist (levels: bwrap, none)")
+        if isolation == "none" and not allow_unsandboxed:
+            raise SandboxUnsandboxedError(
+                "sandbox level 'none' runs untrusted code without namespaces; set "
+                "[verify.sandbox] allow_unsandboxed = true to allow it on purpose"
+            )
         self.python = python or _default_python()
+        self.isolation = isolation
+        self.tmp_mb, self.work_mb = tmp_mb, work_mb
         self._root = os.geteuid() == 0
         self._uid_base = uid_base
         self._base = tempfile.mkdtemp(prefix="rlvr-sbx-")
         os.chmod(self._base, 0o711)  # traversable by the run's uid, not listable
         self._finalizer = weakref.finalize(self, shutil.rmtree, self._base, True)
-        order = ("bwrap", "unshare", "none") if isolation == "auto" else (isolation,)
-        reasons = []
-        for level in order:
-            why = _probe(level, self._root, self.python)
-            if why == "":
-                self.isolation: str = level
-                break
-            reasons.append(f"{level}: {why}")
-        else:
+        if isolation == "none":
+            become_subreaper()
+        why = _probe(self)
+        if why:
             self.close()
-            raise SandboxUnavailableError("; ".join(reasons))
-        self.why = "; ".join(reasons) or f"{self.isolation} works here"
+            raise SandboxUnavailableError(f"{isolation}: {why}")
+        self.why = self._describe()
+
+    def _describe(self) -> str:
+        if self.isolation == "none":
+            return describe_none(self._root, self.tmp_mb)
+        who = "a per-run unprivileged uid (verifier is root)" if self._root else f"uid {os.geteuid()} in an unprivileged user namespace (verifier is not root)"
+        return (f"bwrap: user, pid, net, ipc, mount namespaces as {who}; "
+                f"/work {self.work_mb} MiB, /tmp and /dev/shm {self.tmp_mb} MiB each, no network")
 
     # -- one run ---------------------------------------------------------------
     def run(
@@ -116,75 +126,112 @@ class LocalSandbox:
         check_file_names(files)
         t0 = time.monotonic()
         uid = self._uid_base + secrets.randbelow(1 << 20) if self._root else None
-        work = tempfile.mkdtemp(dir=self._base)
+        argv = [self.python, *argv[1:]] if argv and argv[0] in ("python", "python3") else argv
+        work = None
+        if self.isolation == "none":
+            work = tempfile.mkdtemp(dir=self._base)
+            if uid is not None:
+                os.chown(work, uid, uid)
         try:
-            _write_files(work, files, uid)
-            argv = [self.python, *argv[1:]] if argv and argv[0] in ("python", "python3") else argv
-            return self._run_in(work, argv, stdin, limits, uid, t0)
+            return self._run(work, files, argv, stdin, limits, uid, t0)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            if work is not None:
+                shutil.rmtree(work, ignore_errors=True)
 
     def close(self) -> None:
         shutil.rmtree(self._base, ignore_errors=True)
         if hasattr(self, "_finalizer"):
             self._finalizer.detach()
 
-    def _run_in(
-        self, work: str, argv: list[str], stdin: str, limits: SandboxLimits, uid: int | None, t0: float
+    def _run(
+        self, work: str | None, files: dict[str, str], argv: list[str], stdin: str,
+        limits: SandboxLimits, uid: int | None, t0: float,
     ) -> ExecutionResult:
-        token = f"rlvr-sandbox-ready-{secrets.token_hex(8)}\n"
-        inner_work = "/work" if self.isolation == "bwrap" else work
-        cmd = _command(self.isolation, self._root, work, uid, limits, self.python, token, argv)
+        marker = f"rlvr-sandbox-ready-{secrets.token_hex(8)}\n"
+        inner = work or "/work"
+        header = {
+            "dir": inner,
+            "files": files,
+            "argv": argv,
+            "env": _scrubbed_env(inner, "/tmp" if work is None else inner),
+            "rlimits": self._rlimits(limits, uid),
+            "landlock": None if work is None else {"read": [*_SYSTEM_READ, _python_prefix(self.python)], "write": [work, "/dev/null"]},
+            "marker": marker,
+        }
+        raw = json.dumps(header).encode()
+        payload = b"%012d" % len(raw) + raw + stdin.encode()
+        interp = [self.python, "-I", "-S", "-c", _PRELUDE]
+        cmd = [*bwrap_args(self.python, self.work_mb, self.tmp_mb), *interp] if work is None else interp
+        known = set(processes_of(os.getpid(), children=True)) if work is not None else set()
         try:
             proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=_scrubbed_env(inner_work),
-                cwd=work,
+                env=_scrubbed_env(inner, "/tmp"),
+                cwd=work or "/",
                 start_new_session=True,
-                # Under bwrap or "none" the whole chain runs as the run's uid;
-                # under unshare the namespaces need root, setpriv drops later.
-                **({"user": uid, "group": uid, "extra_groups": []} if uid and self.isolation != "unshare" else {}),
+                **({"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}),
             )
         except OSError as e:
             return ExecutionResult(None, "", "", False, False, False, time.monotonic() - t0, error=f"spawn failed: {e}")
-        out, err, timed_out, truncated = _pump(proc, stdin.encode(), limits, t0 + limits.wall_s)
+        out, err, timed_out, truncated = pump(proc, payload, limits.output_bytes, t0 + limits.wall_s)
         code = proc.wait()
-        if self.isolation == "none" and uid is not None:
-            _kill_uid(uid)
-        started = out.startswith(token.encode())
-        stdout = out[len(token) :].decode(errors="replace") if started else ""
+        if work is not None:  # no pid namespace: hunt down what the run left
+            kill_orphans(known)
+            if uid is not None:
+                kill_uid(uid)
+        started = out.startswith(marker.encode())
+        stdout = out[len(marker) :].decode(errors="replace") if started else ""
         stderr = err.decode(errors="replace")
         wall = time.monotonic() - t0
-        if not started and not timed_out:
+        if not started and not timed_out and not truncated:
             return ExecutionResult(code, stdout, stderr, False, False, False, wall, error=f"sandbox setup failed ({self.isolation}): {stderr[-500:]}")
-        if code is not None and code > 128 and self.isolation in ("bwrap", "unshare"):
-            code = -(code - 128)  # both report a signalled child as 128+signal
+        if code is not None and code > 128 and work is None:
+            code = -(code - 128)  # bwrap reports a signalled child as 128+signal
         timed_out = timed_out or code == -signal.SIGXCPU
         memory = any(m in stderr for m in _MEMORY_MARKS)
         return ExecutionResult(code, stdout, stderr, timed_out, memory, truncated, wall)
 
+    def _rlimits(self, limits: SandboxLimits, uid: int | None) -> list[list]:
+        mb = 1 << 20
+        if self.isolation == "bwrap":
+            # Counted in the run's own user namespace: bwrap's pid 1 plus the program's tree.
+            nproc = limits.processes + 1
+        elif uid is not None:
+            nproc = limits.processes  # a per-run uid owns nothing else
+        else:
+            # No namespace, same uid as the verifier: the kernel counts all of
+            # its processes, so allow those that exist now plus the budget.
+            nproc = len(processes_of(os.getuid())) + limits.processes
+        return [
+            ["RLIMIT_CPU", limits.cpu_s, limits.cpu_s + 1],
+            ["RLIMIT_AS", limits.memory_mb * mb, limits.memory_mb * mb],
+            ["RLIMIT_FSIZE", limits.file_size_mb * mb, limits.file_size_mb * mb],
+            ["RLIMIT_NOFILE", limits.open_files, limits.open_files],
+            ["RLIMIT_NPROC", nproc, nproc],
+            ["RLIMIT_CORE", 0, 0],
+        ]
 
-def _write_files(work: str, files: dict[str, str], uid: int | None) -> None:
-    for name, text in files.items():
-        path = os.path.join(work, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    if uid is not None:
-        for dirpath, dirnames, filenames in os.walk(work):
-            for n in (dirpath, *(os.path.join(dirpath, d) for d in dirnames), *(os.path.join(dirpath, f) for f in filenames)):
-                os.chown(n, uid, uid)
-    os.chmod(work, 0o700)
+
+def describe_none(root: bool, tmp_mb: int) -> str:
+    """What level ``none`` contains on this host (it depends on Landlock)."""
+    who = "a per-run unprivileged uid" if root else f"the verifier's own uid {os.geteuid()}"
+    abi = _landlock_abi()
+    if abi == 0:
+        return f"none (allowed on purpose): no namespaces and no Landlock, as {who}: files, network and signals are OPEN"
+    gaps = [g for g, ok in (("TCP open", abi >= 4), ("signals and abstract sockets open", abi >= 6)) if not ok]
+    return (f"none (allowed on purpose): no namespaces, as {who}; Landlock ABI {abi} confines files to the work dir"
+            + (f" ({'; '.join(gaps)})" if gaps else ", no TCP, no signals outside")
+            + "; work dir not size-capped, UDP not blocked")
 
 
-def _scrubbed_env(work: str) -> dict[str, str]:
+def _scrubbed_env(home: str, tmp: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": work,
-        "TMPDIR": "/tmp",
+        "HOME": home,
+        "TMPDIR": tmp,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -193,50 +240,12 @@ def _scrubbed_env(work: str) -> dict[str, str]:
     }
 
 
-def _rlimits(limits: SandboxLimits, nproc: bool) -> list[str]:
+def bwrap_args(python: str, work_mb: int, tmp_mb: int) -> list[str]:
+    """bwrap's argv up to ``--``: all that the sandbox sees of the host (a
+    test checks that nothing else, e.g. ``/run``, is bound)."""
     mb = 1 << 20
-    args = [
-        "prlimit",
-        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
-        f"--as={limits.memory_mb * mb}",
-        f"--fsize={limits.file_size_mb * mb}",
-        f"--nofile={limits.open_files}",
-        "--core=0",
-    ]
-    # RLIMIT_NPROC counts every process of the real uid (a user namespace also
-    # checks the parent level), so it is set only for a per-run uid (root
-    # caller); a non-root caller relies on the pid namespace and the wall clock.
-    return [*args, f"--nproc={limits.processes}"] if nproc else args
-
-
-def _marker(token: str) -> list[str]:
-    """/bin/sh that prints ``token`` (its $0, absent from the program's argv
-    and environment) as the first line of stdout, then execs argv."""
-    return ["/bin/sh", "-c", 'printf "%s" "$0"; exec "$@"', token]
-
-
-def _command(level: str, root: bool, work: str, uid: int | None, limits: SandboxLimits, python: str, token: str, argv: list[str]) -> list[str]:
-    if level == "bwrap":
-        return [*_rlimits(limits, uid is not None), *_bwrap_args(work, python), *_marker(token), *argv]
-    if level == "unshare":
-        ns = ["unshare", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"]
-        if not root:
-            ns.insert(1, "--map-root-user")
-        drop = ["setpriv", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
-        if uid is not None:
-            drop[1:1] = [f"--reuid={uid}", f"--regid={uid}"]
-        covers = " ".join(f"[ -d {d} ] && mount -t tmpfs -o nosuid,nodev,size=64m,mode=1777 tmpfs {d};" for d in _WRITABLE_DIRS)
-        setup = (
-            f'set -e; w="$1"; shift; mount --bind "$w" {_STAGE}; {covers} true; '
-            f'mkdir -p "$w"; mount --move {_STAGE} "$w"; cd "$w"; set +e; "$@"; exit $?'
-        )  # not exec: unshare cannot re-raise SIGXCPU, so sh turns a signal into 128+N
-        return [*_rlimits(limits, uid is not None), *ns, "/bin/sh", "-c", setup, "rlvr-setup", work, *drop, "--", *_marker(token), *argv]
-    # "none": rlimits and the run's uid (set by Popen) only.
-    return [*_rlimits(limits, uid is not None), *_marker(token), *argv]
-
-
-def _bwrap_args(work: str, python: str) -> list[str]:
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -247,7 +256,16 @@ def _bwrap_args(work: str, python: str) -> list[str]:
     prefix = _python_prefix(python)
     if not prefix.startswith("/usr/"):
         args += ["--ro-bind", prefix, prefix]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, "/work", "--chdir", "/work", "--"]
+    args += [
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(tmp_mb * mb), "--tmpfs", "/dev/shm",
+        "--size", str(tmp_mb * mb), "--tmpfs", "/tmp",
+        "--size", str(work_mb * mb), "--tmpfs", "/work",
+        # bwrap's own root and /dev are tmpfs too: read-only, so the only
+        # writable places are the three capped ones above.
+        "--remount-ro", "/dev", "--remount-ro", "/",
+        "--chdir", "/work", "--",
+    ]
     return args
 
 
@@ -257,105 +275,25 @@ def _python_prefix(python: str) -> str:
     return os.path.dirname(os.path.dirname(real)) + "/"
 
 
-@lru_cache(maxsize=16)
-def _probe(level: str, root: bool, python: str) -> str:
-    """Empty string when ``level`` works here, else the reason it does not."""
-    if level == "bwrap" and shutil.which("bwrap") is None:
+@lru_cache(maxsize=1)
+def _landlock_abi() -> int:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return prelude.landlock_abi(libc)
+
+
+def _probe(box: LocalSandbox) -> str:
+    """Empty string when ``box`` works here, else the reason it does not."""
+    if box.isolation == "bwrap" and shutil.which("bwrap") is None:
         return "bwrap not installed (apt-get install bubblewrap)"
-    for tool in ("prlimit", "setpriv", "unshare") if level == "unshare" else ("prlimit",):
-        if shutil.which(tool) is None:
-            return f"{tool} not found (util-linux)"
-    box = LocalSandbox.__new__(LocalSandbox)
-    box.python, box._root, box._uid_base, box.isolation = python, root, 1_000_000, level
-    box._base = tempfile.mkdtemp(prefix="rlvr-sbx-probe-")
-    os.chmod(box._base, 0o711)
-    try:
-        res = box.run({}, ["python", "-I", "-S", "-c", "print('up')"], "", SandboxLimits(wall_s=20.0))
-    finally:
-        box.close()
+    if not os.access(box.python, os.X_OK):
+        return f"no interpreter at {box.python}"
+    res = box.run({}, ["python", "-I", "-S", "-c", "print('up')"], "", SandboxLimits(wall_s=20.0))
     if res.error or res.stdout.strip() != "up":
         return (res.error or f"exit {res.exit_code}: {res.stderr.strip()[-300:]}") or "no output"
     return ""
 
 
-def _pump(proc: subprocess.Popen, data: bytes, limits: SandboxLimits, deadline: float) -> tuple[bytes, bytes, bool, bool]:
-    """Feed stdin, collect capped stdout/stderr until exit or deadline."""
-    assert proc.stdin and proc.stdout and proc.stderr
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    sel = selectors.DefaultSelector()
-    for fd in bufs:
-        sel.register(fd, selectors.EVENT_READ)
-    pidfd = os.pidfd_open(proc.pid)
-    sel.register(pidfd, selectors.EVENT_READ)
-    stdin_fd, off = proc.stdin.fileno(), 0
-    if data:
-        os.set_blocking(stdin_fd, False)
-        sel.register(stdin_fd, selectors.EVENT_WRITE)
-    else:
-        proc.stdin.close()
-    timed_out = truncated = killed = False
-    while len(sel.get_map()) > 1 or (pidfd in sel.get_map() and not killed):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            if killed:
-                break  # something outside our group holds the pipes: stop waiting
-            timed_out = not truncated
-            _killpg(proc)
-            killed, deadline = True, time.monotonic() + _GRACE_S
-            continue
-        for key, _ in sel.select(left):
-            fd = key.fd
-            if fd == pidfd:  # the program exited: end its group, then drain
-                sel.unregister(pidfd)
-                _killpg(proc)
-                killed, deadline = True, min(deadline, time.monotonic() + _GRACE_S)
-            elif fd == stdin_fd:
-                try:
-                    off += os.write(fd, data[off : off + 65536])
-                except (BrokenPipeError, BlockingIOError):
-                    off = len(data)
-                if off >= len(data):
-                    sel.unregister(fd)
-                    proc.stdin.close()
-            else:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    sel.unregister(fd)
-                    continue
-                buf = bufs[fd]
-                room = limits.output_bytes - len(buf)
-                buf += chunk[: max(room, 0)]
-                if len(chunk) > room and not truncated:
-                    truncated = True
-                    _killpg(proc)
-                    killed, deadline = True, min(deadline, time.monotonic() + _GRACE_S)
-    sel.close()
-    os.close(pidfd)
-    if not proc.stdin.closed:
-        proc.stdin.close()
-    if not killed:
-        _killpg(proc)
-    return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), timed_out, truncated
-
-
-def _killpg(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _kill_uid(uid: int) -> None:
-    """Level ``none`` has no pid namespace: kill whatever the run's uid left."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            os.kill(int(pid), signal.SIGKILL)
-                        break
-        except (OSError, ValueError):
-            continue
+__all__ = ["LEVELS", "LocalSandbox", "bwrap_args", "describe_none"]
