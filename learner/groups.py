@@ -12,6 +12,13 @@ the sum of the drop counters:
   reward is not a real one. The group's other samples are kept if at least
   two remain (their advantages are still meaningful), else dropped too.
 - ``rejected``: the rollout rejected the prompt (too long).
+- ``invalid``: a value no step may use: a NaN or infinite reward, reward
+  component or log-prob, ids out of range, lengths that disagree, or a
+  ``group_size`` other than its group's (``rlvr.protocol.validate``). The
+  consume loop already dead-letters such messages; this second check runs
+  where the numbers are used, so a sample that got past the first (replayed
+  from before it existed, or built in-process) can never crash-loop the
+  learner (``statistics.pstdev`` raises on NaN) or reach the weights.
 - ``malformed``: no tokens, or not one behaviour log-prob per token.
 - ``zero_variance``: DAPO dynamic sampling; all rewards in the group equal.
 - ``partial``: the group did not complete within ``group_timeout_s``.
@@ -28,8 +35,11 @@ from collections import Counter
 import msgspec
 
 from rlvr.protocol import Scored
+from rlvr.protocol.validate import MessageInvalidError, check_scored
 
-DROP_REASONS = ("stale", "verify_failed", "rejected", "malformed", "zero_variance", "partial", "duplicate")
+DROP_REASONS = (
+    "stale", "verify_failed", "rejected", "malformed", "invalid", "zero_variance", "partial", "duplicate",
+)
 
 
 class Group(msgspec.Struct):
@@ -69,6 +79,9 @@ class GroupAssembler:
         group.members.append((seq, scored))
         if len(group.members) >= group.size:
             del self.open[s.group_id]
+            # A closed group's ids are the ledger's to recognise from now on
+            # (pending, then settled): this set only spans open groups.
+            self.seen.difference_update(sc.sample_id for _, sc in group.members)
             group.members.sort(key=lambda m: m[1].sample.sample_index)
             return group
         return None
@@ -79,6 +92,7 @@ class GroupAssembler:
         expired = [g for g in self.open.values() if now - g.first_seen > self.group_timeout_s]
         for g in expired:
             del self.open[g.group_id]
+            self.seen.difference_update(sc.sample_id for _, sc in g.members)
         return expired
 
     def pending_seqs(self) -> list[int]:
@@ -97,7 +111,9 @@ def filter_group(
     dropped: list[tuple[int, Scored, str]] = []
     for seq, sc in group.members:
         comp = sc.sample.completion
-        if sc.sample.finish_reason == "rejected":
+        if invalid_reason(sc, group.size) is not None:
+            dropped.append((seq, sc, "invalid"))
+        elif sc.sample.finish_reason == "rejected":
             dropped.append((seq, sc, "rejected"))
         elif not comp.ids or len(comp.ids) != len(comp.logprobs) or not sc.sample.prompt_ids:
             dropped.append((seq, sc, "malformed"))
@@ -116,6 +132,17 @@ def filter_group(
         dropped += [(seq, sc, "zero_variance") for seq, sc in kept]
         return FilterResult([], dropped)
     return FilterResult(kept, dropped)
+
+
+def invalid_reason(sc: Scored, group_size: int) -> str | None:
+    """Why ``sc`` can never be trained on, or None when its values are usable."""
+    if sc.sample.group_size != group_size:
+        return f"group_size {sc.sample.group_size} differs from its group's {group_size}"
+    try:
+        check_scored(sc)
+    except MessageInvalidError as e:
+        return e.reason
+    return None
 
 
 class DropCounter:

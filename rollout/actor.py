@@ -29,6 +29,7 @@ from rlvr.actors.meters import LatencyMeter, RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import Completion, Sample, Task, Timings, decode
+from rlvr.protocol.validate import check_task
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import EngineDeadError, GroupResult, PromptTooLongError, make_engine
 
@@ -69,6 +70,9 @@ class RolloutActor:
                 handle=self.handle,
                 concurrency=self.cfg.max_inflight_tasks,
                 task_id_of=lambda task: task.task_id,
+                # Bounds n, max_tokens and prompt size: an out-of-bound task is
+                # dead-lettered with the field, never handed to the engine.
+                validate=check_task,
             )
             async with anyio.create_task_group() as tg:
                 await tg.start(watcher.run)

@@ -26,6 +26,7 @@ from rlvr.actors.meters import RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import Sample, Scored, Verdict, decode
+from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import VerifierPool
 from rlvr.verify.registry import VerifierSpecError, context_for_sample, resolve
@@ -55,6 +56,7 @@ class VerifyActor:
                 handle=self.handle,
                 concurrency=self.cfg.concurrency,
                 task_id_of=lambda s: s.task_id,
+                validate=check_sample,  # before any verifier sees it: dead-lettered with the field
             )
             await self.consumer.run(ctx.stop)
 
@@ -78,6 +80,12 @@ class VerifyActor:
                         sample.verifier, sample.text, context_for_sample(sample, self.cfg.sandbox)
                     )
                     tg.cancel_scope.cancel()
+            try:
+                check_verdict(verdict)  # a NaN reward must never reach the learner
+            except MessageInvalidError as e:
+                self.outcomes["invalid_verdict"] += 1
+                return Term(f"verifier {sample.verifier.name!r} returned an unusable verdict: {e.reason}",
+                            "MessageInvalidError", kind="invalid")
             span.set_attribute("rlvr.outcome", verdict.outcome)
             span.set_attribute("rlvr.reward", verdict.reward)
             scored = Scored(sample=sample, verdict=verdict, replica=self.ctx.replica)

@@ -77,3 +77,66 @@ def test_incomplete_group_expires_as_partial():
     assert asm.expire(now=105.0) == []
     expired = asm.expire(now=111.0)
     assert len(expired) == 1 and len(expired[0].members) == 1 and not asm.open
+
+
+# --- numbers that cannot poison the step (issue 12, confirmed defect 1) -------------------
+
+import math  # noqa: E402
+
+import msgspec  # noqa: E402
+import pytest  # noqa: E402
+
+from rlvr.protocol import Completion  # noqa: E402
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_reward_is_dropped_as_invalid_and_never_reaches_the_group_std(bad):
+    # Regression: statistics.pstdev raised on a NaN reward, the learner died, and
+    # the replayed group killed it again after every restart.
+    result = _filter(_group([1.0, bad, 0.0, 1.0]))
+    assert [r for *_, r in result.dropped] == ["invalid"]
+    assert len(result.kept) == 3 and all(math.isfinite(sc.verdict.reward) for _, sc in result.kept)
+    drops = DropCounter()
+    drops.count(result)
+    assert drops.as_dict()["drop_invalid"] == 1
+
+
+def test_a_group_of_nan_rewards_is_dropped_whole_without_raising():
+    result = _filter(_group([math.nan, math.nan]))
+    assert not result.kept and sorted(r for *_, r in result.dropped) == ["invalid", "invalid"]
+
+
+def _with(sc, **sample):
+    return msgspec.structs.replace(sc, sample=msgspec.structs.replace(sc.sample, **sample))
+
+
+@pytest.mark.parametrize(
+    "poison",
+    [
+        lambda sc: msgspec.structs.replace(sc, verdict=msgspec.structs.replace(sc.verdict, components={"accuracy": math.nan})),
+        lambda sc: _with(sc, completion=Completion(ids=[5, 6], logprobs=[-0.1, math.inf])),
+        lambda sc: _with(sc, completion=Completion(ids=[5, 6], logprobs=[-0.1])),
+        lambda sc: _with(sc, completion=Completion(ids=[5, -6], logprobs=[-0.1, -0.2])),
+        lambda sc: _with(sc, group_size=3),
+    ],
+    ids=["nan_component", "inf_logprob", "lengths_disagree", "negative_id", "other_group_size"],
+)
+def test_an_unusable_sample_is_dropped_as_invalid_and_the_rest_of_its_group_is_kept(poison):
+    asm = GroupAssembler(group_timeout_s=60)
+    members = [make_scored(i=i, reward=float(i % 2), n=4) for i in range(4)]
+    members[2] = poison(members[2])
+    group = None
+    for seq, sc in enumerate(members, 1):
+        group = asm.add(seq, sc) or group
+    assert group is not None
+    result = _filter(group)
+    assert [(seq, r) for seq, _, r in result.dropped] == [(3, "invalid")] and len(result.kept) == 3
+
+
+def test_a_closed_group_forgets_its_ids_so_the_assembler_stays_bounded():
+    asm = GroupAssembler(group_timeout_s=60)
+    for i in range(2):
+        asm.add(i + 1, make_scored(i=i, n=2))
+    asm.add(3, make_scored(k=1, i=0, n=2))
+    assert asm.seen == {"t-t1/0"}
+    assert asm.expire(now=1e12) and not asm.seen
