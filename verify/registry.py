@@ -6,14 +6,18 @@ turns a wire ``VerifierSpec`` into a ``BoundVerifier`` (typed params, checked
 once) or raises ``VerifierSpecError`` naming the unknown verifier or the bad
 parameter; the actor dead-letters the message with that reason.
 
-Names are looked up in three places, in order:
-- verifiers registered in this process with ``register`` (tests, plugins);
+Names are looked up in two places, in order:
+- verifiers registered in this process: with ``register`` (tests), or as
+  plug-ins by ``load_plugins`` (the ``[verify] plugins`` list, imported once
+  at start-up, in the actor and in each pool worker);
 - the built-ins (exact, regex, format, composite, math, code), imported
-  lazily so that resolving ``exact`` never imports sympy;
-- an import path ``"package.module:ATTR"`` naming a module-level ``Verifier``
-  object. Worker processes find test-only or plug-in verifiers this way,
-  without anyone registering them in the worker. Only ``Verifier`` objects are
-  accepted, so a spec cannot call an arbitrary function.
+  lazily so that resolving ``exact`` never imports sympy.
+
+A message never makes this process import anything: a name that is neither
+(``"unittest.__main__:x"``, a module planted in the working directory) is a
+``VerifierSpecError``, and the actor dead-letters the message with its reason.
+Only ``Verifier`` objects are accepted as plug-ins, so a config cannot name an
+arbitrary function either.
 
 This module does not run anything in another process or under a timeout:
 that is ``rlvr.verify.pool``. Calling a ``BoundVerifier`` runs it right here.
@@ -43,6 +47,11 @@ class VerifierSpecError(ValueError):
     Its message is the dead letter's reason, e.g. ``unknown verifier 'mth'
     (known: code, composite, exact, format, math, regex)``.
     """
+
+
+class VerifierPluginError(ValueError):
+    """A ``[verify] plugins`` entry that cannot be imported or is not a ``Verifier``
+    (a deployment fault: the replica stops at start with this message)."""
 
 
 class VerifierUnavailableError(RuntimeError):
@@ -116,6 +125,7 @@ class BoundVerifier:
 
 _registered: dict[str, Verifier] = {}
 _loaded: dict[str, Verifier] = {}
+_plugins: dict[str, Verifier] = {}  # "package.module:ATTR" -> Verifier, from load_plugins
 
 
 def _load_exact() -> Verifier:
@@ -160,14 +170,14 @@ _sandboxes: dict[tuple, Any] = {}  # one sandbox per worker process and setting
 
 def _load_code() -> Verifier:
     from rlvr.verify.code import CodeParams, score_code
-    from rlvr.verify.sandbox import SandboxLimits, make_sandbox
+    from rlvr.verify.sandbox import SandboxLimits
+    from rlvr.verify.sandbox.levels import sandbox_from_config
 
     def fn(completion: str, params: CodeParams, ctx: VerifyContext) -> Verdict:
         box = ctx.sandbox
-        key = (box.backend, box.docker_image)
+        key = (box.level, box.allow_unsandboxed, box.docker_image, box.work_mb, box.tmp_mb)
         if key not in _sandboxes:  # built once per worker process, reused across calls
-            opts = {"image": box.docker_image} if box.backend == "docker" else {}
-            _sandboxes[key] = make_sandbox(box.backend, **opts)
+            _sandboxes[key] = sandbox_from_config(box)
             atexit.register(_sandboxes[key].close)  # a worker told to stop exits cleanly
         limits = msgspec.convert(msgspec.to_builtins(box.limits), SandboxLimits)
         return score_code(completion, params, _sandboxes[key], limits)
@@ -189,8 +199,8 @@ def register(verifier: Verifier) -> Verifier:
     """Register ``verifier`` in this process under ``verifier.name``.
 
     It is visible to this process only: a worker process finds it only if the
-    registering module is imported there (``VerifierPool(preload=...)``);
-    an import-path name needs no registration at all.
+    registering module is imported there; plug-ins named by import path
+    reach the workers through ``load_plugins`` (``VerifierPool(plugins=...)``).
     """
     if verifier.name in _BUILTINS or ":" in verifier.name:
         raise ValueError(f"verifier name {verifier.name!r} is reserved")
@@ -198,15 +208,40 @@ def register(verifier: Verifier) -> Verifier:
     return verifier
 
 
+def load_plugins(paths: tuple[str, ...] | list[str]) -> list[Verifier]:
+    """Import each ``"package.module:ATTR"`` now and make it a name specs may use.
+
+    Called at start-up with the verify role's own config, never with a name
+    taken from a message. Raises ``VerifierPluginError`` naming the entry.
+    """
+    out = []
+    for path in paths:
+        if path not in _plugins:
+            _plugins[path] = _import_verifier(path)
+        out.append(_plugins[path])
+    return out
+
+
+def plugins() -> list[str]:
+    """The plug-ins loaded in this process (a pool forwards them to its workers)."""
+    return sorted(_plugins)
+
+
 def known() -> list[str]:
-    """Names a spec may use (besides import paths)."""
-    return sorted({*_BUILTINS, *_registered})
+    """Names a spec may use."""
+    return sorted({*_BUILTINS, *_registered, *_plugins})
 
 
 def get(name: str) -> Verifier:
-    """The verifier called ``name``; raises ``VerifierSpecError`` if there is none."""
+    """The verifier called ``name``; raises ``VerifierSpecError`` if there is none.
+
+    Never imports a module the name points at: import paths work only once
+    ``load_plugins`` has loaded them from the role's own config.
+    """
     if name in _registered:
         return _registered[name]
+    if name in _plugins:
+        return _plugins[name]
     if name in _loaded:
         return _loaded[name]
     if name in _BUILTINS:
@@ -215,7 +250,10 @@ def get(name: str) -> Verifier:
         except ImportError as e:
             raise VerifierUnavailableError(f"verifier {name!r} is unavailable here: {e}") from e
     elif ":" in name:
-        verifier = _import_verifier(name)
+        raise VerifierSpecError(
+            f"unknown verifier {name!r}: a message cannot make the verifier import code; "
+            f"list it in [verify] plugins to allow it (known: {', '.join(known())})"
+        )
     else:
         raise VerifierSpecError(f"unknown verifier {name!r} (known: {', '.join(known())})")
     _loaded[name] = verifier
@@ -224,13 +262,15 @@ def get(name: str) -> Verifier:
 
 def _import_verifier(path: str) -> Verifier:
     module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise VerifierPluginError(f"plug-in {path!r} is not 'package.module:ATTR'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise VerifierSpecError(f"unknown verifier {path!r} (cannot import {module_name!r}: {e})") from None
+        raise VerifierPluginError(f"plug-in {path!r}: cannot import {module_name!r}: {e}") from None
     obj = getattr(module, attr, None)
     if not isinstance(obj, Verifier):
-        raise VerifierSpecError(f"unknown verifier {path!r} (not a Verifier object)")
+        raise VerifierPluginError(f"plug-in {path!r} is not a Verifier object")
     return obj
 
 
@@ -271,12 +311,15 @@ def warm_up(names: tuple[str, ...] | list[str]) -> list[str]:
 __all__ = [
     "BoundVerifier",
     "Verifier",
+    "VerifierPluginError",
     "VerifierSpecError",
     "VerifierUnavailableError",
     "VerifyContext",
     "context_for_sample",
     "get",
     "known",
+    "load_plugins",
+    "plugins",
     "register",
     "resolve",
     "warm_up",

@@ -1,13 +1,19 @@
 """The registry: names and params resolve to typed verifiers, or fail with the precise reason."""
 
+import sys
+
 import pytest
 
 from rlvr.protocol.tasks import VerifierSpec
+from rlvr.verify.config import VerifyConfig
 from rlvr.verify.registry import (
     Verifier,
+    VerifierPluginError,
     VerifierSpecError,
     VerifyContext,
     known,
+    load_plugins,
+    plugins,
     register,
     resolve,
 )
@@ -71,18 +77,48 @@ def _echo(completion, params, ctx):
 ECHO = Verifier("echo", ExactParams, _echo)
 
 
-def test_import_path_names_a_module_level_verifier():
+def test_a_plugin_listed_in_config_resolves_by_its_import_path():
+    load_plugins([f"{__name__}:ECHO"])
+    assert f"{__name__}:ECHO" in known() and f"{__name__}:ECHO" in plugins()
     bound = resolve(VerifierSpec(name=f"{__name__}:ECHO", params={"gold": ""}))
     verdict = bound("abc")
     assert verdict.reward == 3.0
     assert verdict.verifier == f"{__name__}:ECHO"
 
 
-def test_import_path_must_name_a_verifier_object():
-    with pytest.raises(VerifierSpecError, match=r"unknown verifier 'os:system' \(not a Verifier object\)"):
-        resolve(VerifierSpec(name="os:system"))
-    with pytest.raises(VerifierSpecError, match=r"cannot import 'no_such_module_xyz'"):
-        resolve(VerifierSpec(name="no_such_module_xyz:V"))
+def test_a_plugin_must_import_and_name_a_verifier_object():
+    with pytest.raises(VerifierPluginError, match=r"plug-in 'os:system' is not a Verifier object"):
+        load_plugins(["os:system"])
+    with pytest.raises(VerifierPluginError, match=r"plug-in 'no_such_module_xyz:V': cannot import 'no_such_module_xyz'"):
+        load_plugins(["no_such_module_xyz:V"])
+
+
+def test_a_message_naming_an_unlisted_import_path_is_refused_and_nothing_is_imported(tmp_path, monkeypatch):
+    # Regression (issue 13 item 1): resolving a spec used to import whatever module it named.
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_by_a_message.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from rlvr.verify.simple import EXACT as V\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("planted_by_a_message:V", "unittest.__main__:x", "os:system"):
+        with pytest.raises(VerifierSpecError, match=r"a message cannot make the verifier import code; list it in \[verify\] plugins"):
+            resolve(VerifierSpec(name=name))
+    assert not marker.exists()
+    assert "planted_by_a_message" not in sys.modules and "unittest.__main__" not in sys.modules
+
+
+def test_a_composite_part_naming_an_import_path_is_refused_too():
+    spec = VerifierSpec(name="composite", params={"parts": [{"name": "unittest.__main__:x"}]})
+    with pytest.raises(VerifierSpecError, match="list it in \\[verify\\] plugins"):
+        resolve(spec)
+    assert "unittest.__main__" not in sys.modules
+
+
+def test_plugins_config_checks_the_form_and_names_the_entry():
+    VerifyConfig(plugins=("pkg.mod:ATTR",))
+    with pytest.raises(ValueError, match=r"plugins\[1\] = 'pkg/mod.py' is not 'package.module:ATTR'"):
+        VerifyConfig(plugins=("a:B", "pkg/mod.py"))
 
 
 def test_register_adds_a_name_and_protects_builtins():

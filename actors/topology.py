@@ -1,0 +1,268 @@
+"""The run's JetStream topology: created by its one owner, checked by everyone else.
+
+Streams, the durable consumers, the KV bucket and the object-store bucket are
+created and updated only by the learner (at start) or by ``rlvr-actor init``
+(``ensure_topology``). A rollout or verifier never creates or rewrites any of
+them: ``check_topology`` waits for them, at most ``bus.topology_wait_s``
+seconds and logging what it still waits for, then checks that each has the
+shape the role relies on (its subject, its retention policy, a durable with
+the role's filter). Limits that differ from the role's own config (a verifier
+started with another ``scored_max_age_s``) are the learner's to set: they are
+logged once and left alone. A missing piece past the deadline is a
+``TopologyMissingError``, a wrong shape a ``TopologyMismatchError``; both name
+the stream or consumer and say who creates it.
+
+Why wait rather than fail at once: every deployment (``up``, compose, k8s)
+starts the roles together, and the learner imports torch and loads a model
+before it reaches the bus; a verifier that failed at once would only be
+restarted. Why not create: a role that may create may also rewrite, and with
+per-role NATS users (``ops/nats/``) it is not allowed to.
+
+Not here: connecting and publishing (``rlvr.actors.bus``), the names and
+shapes of the streams (``rlvr.protocol.subjects``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+from nats.js import api as js_api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from rlvr.actors.logs import get_logger
+from rlvr.protocol.subjects import ConsumerDef, StreamDef
+
+if TYPE_CHECKING:
+    from rlvr.actors.bus import Bus
+
+log = get_logger("rlvr.topology")
+
+# What each non-owner role reads or writes, and the durable it binds.
+ROLE_STREAMS: dict[str, tuple[str, ...]] = {
+    "rollout": ("TASKS", "ROLLOUTS", "WEIGHTS", "DEAD"),
+    "verify": ("ROLLOUTS", "SCORED", "DEAD"),
+}
+ROLE_DURABLES = ("rollout", "verify")
+_OWNER_HINT = "the learner creates it at start (or run `rlvr-actor init`)"
+
+
+class TopologyMissingError(RuntimeError):
+    """A stream, bucket or consumer this role needs did not appear before the deadline."""
+
+
+class TopologyMismatchError(RuntimeError):
+    """A stream or consumer exists with a shape this role cannot work with."""
+
+
+def stream_config(bus: Bus, sd: StreamDef, kind: str) -> js_api.StreamConfig:
+    """The JetStream config of one run stream, with the bus config's retention bounds."""
+    cfg = bus.cfg
+    max_age = sd.max_age_s or None
+    max_bytes = None
+    if kind == "SCORED":
+        max_bytes = cfg.scored_max_bytes
+    elif kind == "DEAD":
+        max_age, max_bytes = cfg.dead_max_age_s, cfg.dead_max_bytes
+    return js_api.StreamConfig(
+        name=sd.name,
+        subjects=sd.subjects,
+        retention=js_api.RetentionPolicy.WORK_QUEUE if sd.retention == "workqueue" else js_api.RetentionPolicy.LIMITS,
+        max_age=max_age,
+        max_bytes=max_bytes,
+        max_msgs_per_subject=sd.max_msgs_per_subject,
+        duplicate_window=sd.duplicate_window_s,
+        storage=_storage(bus),
+        num_replicas=cfg.replicas,
+    )
+
+
+def consumer_config(cd: ConsumerDef, start_seq: int | None = None) -> js_api.ConsumerConfig:
+    return js_api.ConsumerConfig(
+        durable_name=cd.durable,
+        filter_subject=cd.filter_subject,
+        ack_policy=js_api.AckPolicy.EXPLICIT,
+        ack_wait=cd.ack_wait_s,
+        max_deliver=cd.max_deliver,
+        max_ack_pending=cd.max_ack_pending,
+        deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE if start_seq else js_api.DeliverPolicy.ALL,
+        opt_start_seq=start_seq,
+    )
+
+
+def _storage(bus: Bus) -> js_api.StorageType:
+    return js_api.StorageType.FILE if bus.cfg.storage == "file" else js_api.StorageType.MEMORY
+
+
+def _kinds(bus: Bus) -> list[tuple[str, StreamDef]]:
+    return [(sd.name.rsplit("_", 1)[1], sd) for sd in bus.stream_defs()]
+
+
+async def ensure_topology(bus: Bus) -> list[str]:
+    """Create or update every piece of the run's topology (the owner only); returns what it touched."""
+    js = bus.js
+    touched = []
+    for kind, sd in _kinds(bus):
+        config = stream_config(bus, sd, kind)
+        try:
+            await js.add_stream(config)
+        except BadRequestError:
+            # Exists with another config (an upgrade or a new limit): the owner updates it in place.
+            await js.update_stream(config)
+            log.info("stream_updated", stream=sd.name)
+        touched.append(sd.name)
+    for bucket, create in (
+        (bus.names.kv_bucket, lambda: js.create_key_value(bucket=bus.names.kv_bucket, history=1, storage=_storage(bus), replicas=bus.cfg.replicas)),
+        (bus.names.weights_bucket, lambda: js.create_object_store(bucket=bus.names.weights_bucket, storage=_storage(bus), replicas=bus.cfg.replicas)),
+    ):
+        try:
+            await create()
+        except BadRequestError:
+            pass  # exists
+        touched.append(bucket)
+    for kind in ROLE_DURABLES:
+        cd = bus.consumer_def(kind)
+        await create_consumer(bus, cd)
+        touched.append(f"{cd.stream}/{cd.durable}")
+    return touched
+
+
+async def create_consumer(bus: Bus, cd: ConsumerDef, start_seq: int | None = None) -> None:
+    """Create the durable ``cd`` (the owner only); an existing one with other settings is replaced,
+    and ``start_seq`` always replaces it so that it delivers from that sequence on."""
+    config = consumer_config(cd, start_seq)
+    if start_seq is not None:
+        try:
+            await bus.js.delete_consumer(cd.stream, cd.durable)
+        except NotFoundError:
+            pass
+    try:
+        await bus.js.add_consumer(cd.stream, config)
+    except BadRequestError:
+        await bus.js.delete_consumer(cd.stream, cd.durable)
+        await bus.js.add_consumer(cd.stream, config)
+
+
+async def check_topology(bus: Bus, role: str) -> None:
+    """Wait for the pieces ``role`` needs, then check their shape; never creates or changes anything."""
+    wanted = ROLE_STREAMS.get(role, ("TASKS", "ROLLOUTS", "SCORED", "WEIGHTS", "DEAD"))
+    defs = {kind: sd for kind, sd in _kinds(bus) if kind in wanted}
+    extra = [f"OBJ_{bus.names.weights_bucket}"] if role == "rollout" else []
+    infos = await _wait_for(bus, [sd.name for sd in defs.values()] + extra, role)
+    differ = []
+    for kind, sd in defs.items():
+        info = infos[sd.name]
+        mine = stream_config(bus, sd, kind)
+        got = info.config
+        if set(got.subjects or []) != set(sd.subjects) or got.retention != mine.retention:
+            raise TopologyMismatchError(
+                f"stream {sd.name} has subjects {got.subjects} and retention {got.retention.value if got.retention else None}; "
+                f"this {role} needs {sd.subjects} with {mine.retention.value}. Another run or version created it: "
+                f"{_OWNER_HINT} with this run's config"
+            )
+        for field in ("max_age", "max_bytes", "max_msgs_per_subject", "duplicate_window", "num_replicas"):
+            theirs, ours = getattr(got, field), getattr(mine, field)
+            if _norm(theirs) != _norm(ours):
+                differ.append(f"{sd.name}.{field}: stream {theirs}, this role's config {ours}")
+    if differ:
+        log.info("topology_settings_differ", role=role, differences=differ, note="the learner's settings hold")
+    if role in ROLE_DURABLES:
+        await check_consumer(bus, bus.consumer_def(role), role)
+
+
+async def check_consumer(bus: Bus, cd: ConsumerDef, role: str) -> js_api.ConsumerInfo:
+    """Wait for the durable ``cd`` and check that it delivers the subject the role expects."""
+    info = (await _wait_for(bus, [f"{cd.stream}/{cd.durable}"], role))[f"{cd.stream}/{cd.durable}"]
+    cfg = info.config
+    if cfg.filter_subject not in (cd.filter_subject, None, "") or cfg.ack_policy != js_api.AckPolicy.EXPLICIT:
+        raise TopologyMismatchError(
+            f"consumer {cd.durable} on {cd.stream} filters {cfg.filter_subject!r} with ack policy "
+            f"{cfg.ack_policy.value if cfg.ack_policy else None}; this {role} needs {cd.filter_subject!r} with explicit acks"
+        )
+    return info
+
+
+def _norm(value: object) -> object:
+    # The server reports unset limits as -1 or 0; our configs use None for "no limit".
+    return None if value in (None, -1, 0) else value
+
+
+async def _info(bus: Bus, name: str):
+    try:
+        if "/" in name:
+            stream, durable = name.split("/", 1)
+            return await bus.js.consumer_info(stream, durable)
+        return await bus.js.stream_info(name)
+    except NotFoundError:
+        return None
+
+
+async def _wait_for(bus: Bus, names: list[str], role: str) -> dict:
+    """Info of each named stream or ``stream/durable``, waiting (bounded) for those still missing."""
+    deadline = time.monotonic() + bus.cfg.topology_wait_s
+    found: dict = {}
+    next_log = 0.0
+    while True:
+        for name in names:
+            if name not in found and (info := await _info(bus, name)) is not None:
+                found[name] = info
+        missing = [n for n in names if n not in found]
+        if not missing:
+            return found
+        now = time.monotonic()
+        if now >= deadline:
+            raise TopologyMissingError(
+                f"{role}: {', '.join(missing)} still missing after {bus.cfg.topology_wait_s:.0f} s "
+                f"(bus.topology_wait_s); {_OWNER_HINT}"
+            )
+        if now >= next_log:
+            log.info("waiting_for_topology", missing=missing, deadline_s=round(deadline - now), owner=_OWNER_HINT)
+            next_log = now + 10.0
+        await anyio.sleep(min(0.5, max(0.0, deadline - now)))
+
+
+
+
+def init_main(run: str, nats_cfg, bus_cfg) -> int:
+    """``rlvr-actor init``: create or update the run's topology, print what it holds, exit."""
+    from rlvr.actors.bus import Bus, BusConnectError
+    from rlvr.actors.secrets import NatsCredentialsError, redact
+    from rlvr.protocol import RunNames
+
+    async def go() -> list[str]:
+        bus = await Bus.connect(nats_cfg, bus_cfg, RunNames(run), f"init-{os.getpid()}")
+        try:
+            return await bus.ensure_topology()
+        finally:
+            await bus.close()
+
+    try:
+        touched = anyio.run(go)
+    except (BusConnectError, NatsCredentialsError) as e:
+        print(f"rlvr-actor init: {redact(str(e))}", file=sys.stderr)
+        return 3
+    except Exception as e:  # a refused or invalid stream config: say what the server said
+        print(f"rlvr-actor init: {type(e).__name__}: {redact(str(e))}", file=sys.stderr)
+        return 1
+    print(f"run {run}: topology ready on {redact(nats_cfg.url)}")
+    for name in touched:
+        print(f"  {name}")
+    return 0
+
+
+__all__ = [
+    "ROLE_DURABLES",
+    "ROLE_STREAMS",
+    "TopologyMismatchError",
+    "TopologyMissingError",
+    "check_consumer",
+    "check_topology",
+    "consumer_config",
+    "create_consumer",
+    "ensure_topology",
+    "init_main",
+    "stream_config",
+]
