@@ -29,6 +29,9 @@ from rlvr.protocol import Sample, Scored, Verdict, decode
 from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import VerifierPool
+from rlvr.verify.sandbox.base import SandboxUnavailableError
+from rlvr.verify.sandbox.levels import choose_level
+from rlvr.verify.sandbox.levels import gauges as sandbox_gauges
 from rlvr.verify.registry import VerifierSpecError, context_for_sample, resolve
 
 log = get_logger("rlvr.verify")
@@ -43,9 +46,12 @@ class VerifyActor:
         self.pool: VerifierPool | None = None
         self.outcomes: Counter[str] = Counter()
         self.rate = RateMeter()
+        self.sandbox = cfg.sandbox  # the level resolved at start (auto -> bwrap or docker)
+        self.sandbox_level = ""  # no gauge set until the level is known
 
     async def run(self, ctx: ActorContext) -> None:
         self.ctx = ctx
+        await anyio.to_thread.run_sync(self._choose_sandbox)
         async with VerifierPool.from_config(self.cfg) as pool:
             self.pool = pool
             self.consumer = Consumer(
@@ -77,7 +83,7 @@ class VerifyActor:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(delivery.keep_alive, self.cfg.in_progress_every_s)
                     verdict = await self.pool.verify(
-                        sample.verifier, sample.text, context_for_sample(sample, self.cfg.sandbox)
+                        sample.verifier, sample.text, context_for_sample(sample, self.sandbox)
                     )
                     tg.cancel_scope.cancel()
             try:
@@ -94,10 +100,21 @@ class VerifyActor:
         self.rate.add(1)
         return None
 
+    def _choose_sandbox(self) -> None:
+        """Probe the sandbox level once, say which and why; workers then use
+        that concrete level (``auto`` is never re-decided per worker)."""
+        try:
+            self.sandbox, why = choose_level(self.cfg.sandbox)
+            self.sandbox_level = self.sandbox.level
+            log.info("sandbox_level", level=self.sandbox_level, configured=self.cfg.sandbox.level, why=why)
+        except SandboxUnavailableError as e:
+            # Math and format still work; every code task scores sandbox_error.
+            log.error("sandbox_unavailable", configured=self.cfg.sandbox.level, why=str(e))
+
     def heartbeat(self) -> HeartbeatFields:
         counters: dict[str, float] = dict(self.consumer.stats.counters) if self.consumer else {}
         counters.update({f"outcome_{k}": v for k, v in self.outcomes.items()})
-        gauges = {"samples_per_s": self.rate.rate()}
+        gauges = {"samples_per_s": self.rate.rate(), **sandbox_gauges(self.sandbox_level)}
         if self.pool is not None:
             gauges.update(self.pool.stats())
         return HeartbeatFields(

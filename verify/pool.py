@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter, deque
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -275,8 +276,7 @@ class VerifierPool:
             self._idle_recv.close()
 
     async def _spawn(self) -> _Worker:
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env = worker_env(os.environ)
         try:
             process = await anyio.open_process(
                 [sys.executable, "-c", _WORKER_COMMAND],
@@ -428,6 +428,22 @@ class VerifierPool:
         return out
 
 
+# What a worker inherits of the actor's environment: an allow-list, so that
+# no secret (NATS credentials, cloud keys, tokens) is in a process that runs
+# untrusted code's sandbox, nor readable in its /proc/<pid>/environ.
+_WORKER_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+               "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+               "PYTHONIOENCODING", "PYTHONFAULTHANDLER", "VIRTUAL_ENV", "DOCKER_HOST", "DOCKER_TLS_VERIFY",
+               "DOCKER_CERT_PATH", "COVERAGE_PROCESS_START")
+
+
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a worker starts with: the allow-listed variables only."""
+    env = {k: v for k, v in environ.items() if k in _WORKER_ENV or k.startswith("LC_")}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
 def _load_quietly(names: tuple[str, ...]) -> None:
     for name in names:
         try:
@@ -449,4 +465,4 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-__all__ = ["VerifierPool", "WorkerStartError", "worker_main"]
+__all__ = ["VerifierPool", "WorkerStartError", "worker_env", "worker_main"]
