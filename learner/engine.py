@@ -13,6 +13,12 @@ Runs on CPU (DeepSpeed's CPU accelerator over gloo) and on GPUs, ZeRO 0-3.
 Every rank calls every method: under ZeRO-3 a forward pass, a checkpoint
 and an export are collectives.
 
+Guard: a step whose loss or gradient norm is not finite never moves the
+weights (``train_step``): a NaN there would go into the weights and, through
+the next weight broadcast, into every rollout replica. The step is taken with
+lr 0 on zeroed gradients instead (every rank still runs the same collectives),
+counted by reason in ``skipped_steps`` and logged as an error.
+
 Not covered: the bus, group assembly and filters, which samples form a step,
 and publishing the exported files (the learner actor).
 """
@@ -25,18 +31,23 @@ import random
 import shutil
 import socket
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from rlvr.actors.logs import get_logger
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
 from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, EngineConfig, Schedule
 from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
 
 LATEST = "LATEST"  # names the committed checkpoint tag; written atomically after the tag is complete
+# Why an optimizer step was skipped (``LearnerEngine.skipped_steps`` keys).
+SKIP_REASONS = ("nonfinite_loss", "nonfinite_grad_norm")
+log = get_logger("rlvr.engine")
 
 
 class CheckpointLoadError(RuntimeError):
@@ -144,6 +155,7 @@ class LearnerEngine:
         np.random.seed(seed)
         torch.manual_seed(seed)
         self._step = 0
+        self.skipped_steps: Counter[str] = Counter()  # optimizer steps skipped, by reason (SKIP_REASONS)
         ds_config = deepspeed_config(cfg)
         # Built before the policy so it is never a ZeRO-3-partitioned module.
         self._ref: torch.nn.Module | None = None
@@ -157,6 +169,7 @@ class LearnerEngine:
         # transformers' HfDeepSpeedConfig would avoid that but needs accelerate.
         model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=torch.float32)
         self._tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        self.vocab_size = int(model.config.vocab_size)  # token ids must be below it (protocol.validate)
         if not 0 <= cfg.pad_token_id < model.config.vocab_size:
             raise ValueError(
                 f"learn.engine.pad_token_id = {cfg.pad_token_id} is not a token of {cfg.model_path} "
@@ -223,13 +236,54 @@ class LearnerEngine:
         grads = [p.grad for p in self.ds.module.parameters() if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
-    def _apply_step(self, started: float, mbs: list[MicroBatch]) -> dict[str, float]:
+    def _agree_on_skip(self, reason: str | None) -> str | None:
+        """Every rank skips, or none: ``ds.step`` is a collective under ZeRO."""
+        import torch.distributed as dist
+
+        code = SKIP_REASONS.index(reason) + 1 if reason else 0
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            flag = torch.tensor([code], dtype=torch.int64, device=self._device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            code = int(flag.item())
+        return SKIP_REASONS[code - 1] if code else None
+
+    def _skip_step(self) -> None:
+        """Take the step with lr 0 on zeroed gradients: the weights do not move,
+        DeepSpeed's counters and the lr schedule stay aligned, and no NaN
+        reaches the optimizer's moments."""
+        for p in self.ds.module.parameters():
+            if p.grad is not None:
+                p.grad.zero_()
+        groups = self.ds.optimizer.param_groups
+        saved = [g["lr"] for g in groups]
+        for g in groups:
+            g["lr"] = 0.0
+        self.ds.step()
+        if self.ds.lr_scheduler is None:
+            for g, lr in zip(groups, saved):
+                g["lr"] = lr
+
+    def _apply_step(self, started: float, mbs: list[MicroBatch], skip: str | None = None) -> dict[str, float]:
         lr = float(self.ds.get_lr()[0])
         norm = self._grad_norm_before_step()
-        self.ds.step()
+        if skip is None and norm is not None and not math.isfinite(norm):
+            skip = "nonfinite_grad_norm"
+        skip = self._agree_on_skip(skip)
+        if skip is not None:
+            self._skip_step()
+        else:
+            self.ds.step()
         if norm is None:
             ds_norm = self.ds.get_global_grad_norm()
             norm = float(ds_norm) if ds_norm is not None else math.nan
+            # ZeRO-1/2/3 and the bf16 optimizer detect a non-finite norm
+            # inside ``step`` and skip the update themselves: count it.
+            if skip is None and ds_norm is not None and not math.isfinite(norm):
+                skip = "nonfinite_grad_norm"
+        if skip is not None:
+            self.skipped_steps[skip] += 1
+            log.error("optimizer_step_skipped", reason=skip, grad_norm=norm, step=self._step + 1,
+                      note="non-finite numbers never reach the weights; the batch is not trained on")
         self._step += 1
         elapsed = time.perf_counter() - started
         tokens = sum(mb.tokens for mb in mbs)
@@ -243,6 +297,8 @@ class LearnerEngine:
             "response_tokens": float(sum(int(mb.loss_mask.sum()) for mb in mbs)),
             "step_time_s": elapsed,
             "tokens_per_s": tokens / max(elapsed, 1e-9),
+            "step_skipped": 1.0 if skip else 0.0,
+            **{f"skipped_steps_{k}": float(v) for k, v in self.skipped_steps.items()},
         }
 
     def train_step(
@@ -283,6 +339,7 @@ class LearnerEngine:
         for epoch in range(self.cfg.ppo_epochs):
             started = time.perf_counter()
             acc, loss_total = _Metrics(), 0.0
+            skip: str | None = None
             for j, mb in enumerate(passes):
                 logp, entropy = self._token_logprobs(mb, self.ds, self.cfg.temperature, with_entropy=True)
                 if epoch == 0:
@@ -305,12 +362,18 @@ class LearnerEngine:
                     ),
                     self.cfg.loss,
                 )
+                loss = out.loss
+                if not bool(torch.isfinite(loss.detach())):
+                    # A NaN loss back-propagates NaN into every gradient: run a
+                    # zero loss instead (same collectives on every rank) and skip the step.
+                    skip = "nonfinite_loss"
+                    loss = logp.sum() * 0.0
                 # The loss is already this micro-batch's share of the full-batch loss.
-                self.ds.backward(out.loss, scale_wrt_gas=False)
+                self.ds.backward(loss, scale_wrt_gas=False)
                 if mb.sample_ids:  # padding has no metrics
                     acc.add(out.metrics)
                 loss_total += float(out.loss.detach())
-            result = {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs)}
+            result = {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs, skip)}
         return {**result, "ppo_epochs": float(self.cfg.ppo_epochs)}
 
     def sft_step(

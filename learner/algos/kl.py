@@ -10,6 +10,15 @@ Source: J. Schulman, "Approximating KL Divergence" (2020),
 http://joschu.net/blog/kl-approx.html; k3 is the estimator used by GRPO
 (Shao et al. 2024, eq. 4).
 
+Guard (k3 only, as verl's ``core_algos.kl_penalty`` does): x is clamped to
+±``K3_LOG_RATIO_CLAMP`` (20) before ``exp`` and the per-token k3 to at most
+``K3_CLAMP`` (10). Why: k3 grows like e^x, so one token the reference finds
+e^30 times likelier than the policy (an extreme off-policy token, or a
+reference left far behind) gives k3 ≈ 1e13, or inf in float32 past x ≈ 88,
+and one such token decides the whole step's gradient or writes NaN into the
+weights. The clamp bounds each token's penalty; beyond it the token's KL
+gradient is zero, exactly as in verl, so the two agree on the same tensors.
+
 Not covered: computing the reference log-probs (the engine) and the
 coefficient β (``PolicyLossConfig.kl_coef``).
 """
@@ -22,6 +31,10 @@ import torch
 
 from rlvr.learner.algos.config import KLEstimator
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+# verl's bounds (core_algos.kl_penalty, "low_var_kl"): see the module docstring.
+K3_LOG_RATIO_CLAMP = 20.0
+K3_CLAMP = 10.0
 
 
 class KLEstimatorUnknownError(KeyError):
@@ -39,13 +52,14 @@ def k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 
 def k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """k3 = π_ref/π - 1 - log(π_ref/π). [B, T] -> [B, T], always >= 0.
+    """k3 = π_ref/π - 1 - log(π_ref/π). [B, T] -> [B, T], in [0, K3_CLAMP].
 
     Written as expm1(x) - x: ``exp(x) - 1 - x`` cancels catastrophically for
-    small |x| and can come out slightly negative in float32.
+    small |x| and can come out slightly negative in float32. x is clamped to
+    ±20 and the result to 10 (verl's guards; module docstring).
     """
-    x = ref_logprobs - logprobs  # [B, T]
-    return torch.expm1(x) - x
+    x = torch.clamp(ref_logprobs - logprobs, -K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)  # [B, T]
+    return torch.clamp(torch.expm1(x) - x, -K3_CLAMP, K3_CLAMP)
 
 
 KL_ESTIMATORS: dict[str, KLFn] = {"k1": k1, "k2": k2, "k3": k3}
@@ -60,4 +74,4 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: K
     return fn(logprobs, ref_logprobs)
 
 
-__all__ = ["KLEstimator", "KLEstimatorUnknownError", "KL_ESTIMATORS", "k1", "k2", "k3", "kl_estimate"]
+__all__ = ["K3_CLAMP", "K3_LOG_RATIO_CLAMP", "KLEstimator", "KLEstimatorUnknownError", "KL_ESTIMATORS", "k1", "k2", "k3", "kl_estimate"]

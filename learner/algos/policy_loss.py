@@ -11,6 +11,15 @@ entry point the engine uses. The one registered loss, ``ppo_clip``, combines
 - an optional KL penalty to a reference model (kl.py),
 - aggregation over tokens and sequences (aggregation.py).
 
+Guard: the log-ratio log π - log π_old is clamped to ±``LOG_RATIO_CLAMP``
+(20) before ``exp``, as verl's ``core_algos.compute_policy_loss`` does. Why:
+with several PPO epochs, or a token whose probability moved a lot in one
+step, the raw ratio can reach e^50 (or inf in float32 past 88), and for a
+negative advantage the unclipped surrogate -A·r is that large: one token
+then owns the gradient or turns the loss into inf/NaN. With the clamp the
+ratio is at most e^20 ≈ 4.9e8, finite in float32, and the loss matches verl
+on the same tensors; beyond the bound the token's gradient is zero.
+
 Not covered: computing log-probs or entropy from logits (the engine does
 that, at the sampling temperature), and advantages (advantages.py).
 """
@@ -27,6 +36,10 @@ from msgspec import Meta, Struct
 from rlvr.learner.algos.aggregation import aggregate
 from rlvr.learner.algos.config import PolicyLossConfig
 from rlvr.learner.algos.kl import kl_estimate
+
+
+# verl's bound on log(π/π_old) before exp: see the module docstring.
+LOG_RATIO_CLAMP = 20.0
 
 
 class PolicyLossUnknownError(KeyError):
@@ -95,7 +108,7 @@ def ppo_clip(inputs: LossInputs, cfg: PolicyLossConfig) -> LossOutputs:
     old = inputs.old_logprobs.detach().float()  # [B, T]
     adv = inputs.advantages.detach().float().unsqueeze(-1)  # [B, 1]
 
-    ratio = torch.exp(logp - old)  # [B, T]
+    ratio = torch.exp(torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [B, T]
     pg_unclipped = -adv * ratio  # [B, T]
     pg_clipped = -adv * torch.clamp(ratio, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high)  # [B, T]
     pg = torch.maximum(pg_unclipped, pg_clipped)  # [B, T]
@@ -161,6 +174,7 @@ def policy_loss(inputs: LossInputs, cfg: PolicyLossConfig) -> LossOutputs:
 
 
 __all__ = [
+    "LOG_RATIO_CLAMP",
     "LossInputs",
     "LossOutputs",
     "POLICY_LOSSES",
