@@ -14,6 +14,7 @@ pool's one timeout. Composites do not nest.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from msgspec import Meta, Struct
@@ -65,6 +66,9 @@ def _check(p: CompositeParams) -> None:
     for i, part in enumerate(p.parts):
         if part.name == "composite":
             raise ValueError(f"part {i}: composites do not nest")
+        if part.weight is not None and not math.isfinite(part.weight):
+            # A nan weight makes every reward nan; an inf one, every reward ±inf or nan.
+            raise ValueError(f"parts[{i}].weight must be a finite number, got {part.weight!r}")
         try:
             resolve(VerifierSpec(name=part.name, params=part.params))
         except ValueError as e:  # VerifierSpecError

@@ -1,5 +1,7 @@
 """composite: weighted sums, components, outcome precedence, overlong shaping."""
 
+import math
+
 import pytest
 
 from rlvr.protocol.samples import Verdict
@@ -88,3 +90,17 @@ def test_spec_errors():
         score({"parts": [ANSWER, {"name": "format"}, {"name": "format"}]}, GOOD)
     with pytest.raises(VerifierSpecError, match=r"Expected `array` of length >= 1 - at `\$.parts`"):
         score({"parts": []}, GOOD)
+
+
+@pytest.mark.parametrize("weight", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_weight_is_a_spec_error_naming_the_key(weight):
+    with pytest.raises(VerifierSpecError, match=r"parts\[1\]\.weight must be a finite number"):
+        score({"parts": [ANSWER, {"name": "format", "weight": weight}]}, GOOD)
+
+
+def test_a_nan_weight_in_toml_is_refused_naming_the_key():
+    import msgspec
+
+    params = msgspec.toml.decode(b'[[parts]]\nname = "exact"\nparams = {gold = "5"}\nweight = nan\n')
+    with pytest.raises(VerifierSpecError, match=r"parts\[0\]\.weight must be a finite number, got nan"):
+        resolve(VerifierSpec("composite", params))
