@@ -12,13 +12,24 @@ window drops the copies that were already issued.
 The curriculum is optional: ``by_level`` walks the dataset's levels in order
 of difficulty; ``pass_rate`` prefers prompts whose rolling pass rate is
 neither 0 nor 1 (where GRPO has signal).
+
+Faults never end the learner here: a publish that times out (or finds no
+stream, or a lost connection) is retried with backoff, counted in
+``counters["publish_retry"]`` and logged, and the same task id is sent
+again (deduplicated if the first copy did land). A slot is never occupied
+for good: a task whose group has not completed or been dropped within
+``task_timeout_s`` frees its slot (``counters["task_expired"]``). That
+covers a task whose samples will never come, such as a task id republished
+after a restart (``counters["republished_duplicate"]``, JetStream drops the
+copy) whose first copy's samples were already consumed.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
+from typing import Any
 
 import anyio
 
@@ -43,6 +54,8 @@ class Feeder:
         seed: int,
         issued: int = 0,
         curriculum: str = "none",
+        task_timeout_s: float = 1800.0,
+        publish_backoff_max_s: float = 10.0,
     ) -> None:
         if not train:
             raise ValueError("the feeder has no training tasks")
@@ -54,7 +67,11 @@ class Feeder:
         self.seed = seed
         self.issued = issued
         self.curriculum = curriculum
-        self.outstanding: set[str] = set()
+        self.task_timeout_s = task_timeout_s
+        self.publish_backoff_max_s = publish_backoff_max_s
+        # Task id -> monotonic time it was published; its slot is held until done or expired.
+        self.outstanding: dict[str, float] = {}
+        self.counters: Counter[str] = Counter({"publish_retry": 0, "task_expired": 0, "republished_duplicate": 0})
         self.policy_version = 0
         self.paused = False
         self._changed = anyio.Event()
@@ -78,7 +95,7 @@ class Feeder:
 
     def done(self, task_id: str, rewards: list[float] | None = None, index: int | None = None) -> None:
         """A group completed or was dropped: its slot frees up."""
-        self.outstanding.discard(task_id)
+        self.outstanding.pop(task_id, None)
         if rewards and index is not None:
             self.pass_rate[index].append(sum(r > 0 for r in rewards) / len(rewards))
         self._wake()
@@ -87,10 +104,26 @@ class Feeder:
         self._changed.set()
         self._changed = anyio.Event()
 
+    def expire(self, now: float | None = None) -> list[str]:
+        """Free the slots of tasks outstanding longer than ``task_timeout_s``."""
+        now = time.monotonic() if now is None else now
+        old = [t for t, at in self.outstanding.items() if now - at > self.task_timeout_s]
+        for task_id in old:
+            del self.outstanding[task_id]
+            self.counters["task_expired"] += 1
+            log.warning("task_expired", task_id=task_id, after_s=self.task_timeout_s,
+                        note="its group never completed; the slot is freed")
+        if old:
+            self._wake()
+        return old
+
     async def run(self) -> None:
         while True:
             while self.paused or len(self.outstanding) >= self.max_inflight:
-                await self._changed.wait()
+                # Wake at least every so often to free the slots of tasks that never completed.
+                with anyio.move_on_after(max(1.0, self.task_timeout_s / 10)):
+                    await self._changed.wait()
+                self.expire()
             await self.publish_one()
 
     async def publish_one(self) -> Task:
@@ -111,10 +144,25 @@ class Feeder:
             created_at=time.time(),
             level=spec.level,
         )
-        await publish_task(self.bus, task)
-        self.outstanding.add(task.task_id)
+        await self._publish_with_retry(task)
+        self.outstanding[task.task_id] = time.monotonic()
         self.issued = k + 1
         return task
+
+    async def _publish_with_retry(self, task: Task) -> None:
+        delay = 0.2
+        while True:
+            try:
+                ack = await publish_task(self.bus, task)
+                break
+            except Exception as e:  # timeout, no responders, reconnecting: the server comes back
+                self.counters["publish_retry"] += 1
+                log.warning("task_publish_retry", task_id=task.task_id, error=repr(e), retry_in_s=delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self.publish_backoff_max_s)
+        if getattr(ack, "duplicate", False):
+            # Published before a restart (or by a retry whose first try landed).
+            self.counters["republished_duplicate"] += 1
 
     def _prefer_informative(self, k: int, spec: TaskSpec) -> TaskSpec:
         # Skip a prompt the policy always or never solves, at most 3 tries.
@@ -128,7 +176,7 @@ class Feeder:
         return spec
 
 
-async def publish_task(bus: Bus, task: Task) -> None:
+async def publish_task(bus: Bus, task: Task) -> Any:
     """Open the task's trace and publish it (the trace's root span)."""
     with tracer().start_as_current_span(
         "feeder.task",
@@ -138,4 +186,4 @@ async def publish_task(bus: Bus, task: Task) -> None:
             "rlvr.policy_version": task.policy_version,
         },
     ):
-        await bus.publish(bus.names.tasks, task, msg_id=task.task_id)
+        return await bus.publish(bus.names.tasks, task, msg_id=task.task_id)

@@ -73,3 +73,65 @@ def test_feeder_keeps_at_most_max_inflight_tasks_outstanding(nats_server):
     assert f.issued == 5 and len(f.outstanding) == 4
     tasks = BusClient(nats_server.url, "f").decoded("TASKS", Task)
     assert [t.task_id for t in tasks] == [f"f-t{k}" for k in range(5)]
+
+
+# --- faults never end the learner (issue 12) -----------------------------------------------
+
+
+def test_a_failed_task_publish_is_retried_counted_and_lands_once_the_stream_is_back(nats_server):
+    # No TASKS stream yet: every publish fails (no responders) as it would
+    # while the server restarts; the feeder must wait it out, not raise.
+    async def main():
+        bus = await Bus.connect(NatsConfig(url=nats_server.url, request_timeout_s=0.5), BusConfig(),
+                                RunNames("f"), "t")
+        f = Feeder(bus, SPLITS.train, group_size=4, sampling=SamplingParams(), max_inflight=4, seed=7,
+                   publish_backoff_max_s=0.2)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(f.publish_one)
+            with anyio.fail_after(20):
+                while f.counters["publish_retry"] < 2:
+                    await anyio.sleep(0.01)
+            assert f.issued == 0 and not f.outstanding
+            await bus.ensure_topology()
+            with anyio.fail_after(20):
+                while f.issued < 1:
+                    await anyio.sleep(0.01)
+        await bus.close()
+        return f
+
+    f = anyio.run(main)
+    assert list(f.outstanding) == ["f-t0"] and f.counters["publish_retry"] >= 2
+    assert [t.task_id for t in BusClient(nats_server.url, "f").decoded("TASKS", Task)] == ["f-t0"]
+
+
+def test_republished_duplicates_after_a_restart_are_counted_and_their_slots_expire(nats_server):
+    async def main():
+        bus = await Bus.connect(NatsConfig(url=nats_server.url), BusConfig(), RunNames("f"), "t")
+        await bus.ensure_topology()
+        first = Feeder(bus, SPLITS.train, group_size=4, sampling=SamplingParams(), max_inflight=2, seed=7)
+        for _ in range(2):
+            await first.publish_one()
+        # A restart from a checkpoint taken before these tasks: the same ids again.
+        again = Feeder(bus, SPLITS.train, group_size=4, sampling=SamplingParams(), max_inflight=2, seed=7,
+                       task_timeout_s=0.5)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(again.run)
+            # No group of these tasks ever completes: their slots must still free up.
+            with anyio.fail_after(20):
+                while again.issued < 4:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        await bus.close()
+        return again
+
+    f = anyio.run(main)
+    assert f.counters["republished_duplicate"] == 2
+    assert f.counters["task_expired"] >= 2 and "f-t0" not in f.outstanding
+    assert [t.task_id for t in BusClient(nats_server.url, "f").decoded("TASKS", Task)] == [f"f-t{k}" for k in range(4)]
+
+
+def test_expire_frees_only_tasks_older_than_the_timeout():
+    f = _feeder(task_timeout_s=10.0)
+    f.outstanding = {"f-t0": 100.0, "f-t1": 105.0}
+    assert f.expire(now=112.0) == ["f-t0"] and list(f.outstanding) == ["f-t1"]
+    assert f.counters["task_expired"] == 1
