@@ -15,7 +15,9 @@ Messages are untrusted. Before a handler sees one, it must
 2. decode (codec.py) and pass its family's checks (``validate``, by default
    ``rlvr.protocol.validate.check_message``): finite numbers, lengths that
    agree, ids in range, bounded sizes;
-3. not reuse a ``Nats-Msg-Id`` this consumer has seen with other content.
+3. not reuse the id of a message this consumer has seen with other content
+   (a task id or sample id published again past the duplicate window, or
+   under another ``Nats-Msg-Id``): the first copy is the one served.
 
 A message that fails is dead-lettered at once with its reason (retrying
 cannot fix it). Faults (exceptions from the handler) nak with a delay, and on
@@ -289,15 +291,15 @@ class Consumer(Generic[T]):
             raise _Refused("invalid", e.reason, "MessageInvalidError") from None
         except Exception as e:
             raise _Refused("invalid", f"{type(e).__name__}: {e}", type(e).__name__) from None
-        msg_id = delivery.headers.get("Nats-Msg-Id")
+        msg_id = _identity(obj) or delivery.headers.get("Nats-Msg-Id")
         if msg_id:
             digest = hashlib.blake2b(msg.data, digest_size=16).digest()
             seen = self._digests.get(msg_id)
             if seen is not None and seen != digest:
                 raise _Refused(
                     "conflict",
-                    f"Nats-Msg-Id {msg_id!r} was already received with other content "
-                    "(a republish past the duplicate window that differs from the first)",
+                    f"id {msg_id!r} was already received with other content (published again, past "
+                    "the duplicate window or under another Nats-Msg-Id, and not the same message)",
                     "ConflictingDuplicate",
                 )
             self._digests.put(msg_id, digest)
@@ -405,6 +407,15 @@ async def _slot_or_stop(slots: anyio.Semaphore, stop: anyio.Event) -> bool:
         slots.release()
         return False
     return acquired
+
+
+def _identity(obj: object) -> str | None:
+    """The stable id a message is published under (its ``Nats-Msg-Id``)."""
+    sid = getattr(obj, "sample_id", None)  # Sample, Scored
+    if isinstance(sid, str):
+        return sid
+    tid = getattr(obj, "task_id", None)  # Task
+    return tid if isinstance(tid, str) else None
 
 
 def _seq(msg: Msg) -> int | None:

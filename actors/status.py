@@ -86,6 +86,22 @@ async def collect_status(cfg: Config, wait_s: float) -> dict:
         await nc.close()
 
 
+def dead_letter_summary(counters: dict[str, float]) -> str:
+    """One line of a replica's dead letters by kind, poison pills and failed
+    dead letters (``rlvr.actors.consume`` counters); empty when all are zero."""
+    kinds = {k.removeprefix("dead_letter."): int(v) for k, v in sorted(counters.items())
+             if k.startswith("dead_letter.") and v}
+    parts = []
+    if kinds:
+        parts.append("dead letters: " + " ".join(f"{k}={v}" for k, v in kinds.items()))
+    for key, label in (("poison_pills", "poison pills"), ("dead_letter_references", "sent as reference"),
+                       ("dead_letter_failures", "dead-letter failures"), ("dead_letter_retrying", "retrying now"),
+                       ("settle_failures", "ack failures")):
+        if counters.get(key):
+            parts.append(f"{label}={int(counters[key])}")
+    return "  ".join(parts)
+
+
 def format_status(st: dict) -> str:
     lines = [f"run {st['run']}  policy version {st['policy_version']}", "", "replicas:"]
     if not st["replicas"]:
@@ -97,6 +113,8 @@ def format_status(st: dict) -> str:
             f"  {r['role']:<8} {r['replica']:<32} {r['state']:<9} v{r['policy_version']:<4} "
             f"in_flight={r['in_flight']:<4} rate={rate:.1f}/s  last seen {r['age_s']}s ago"
         )
+        if faults := dead_letter_summary(r["counters"]):
+            lines.append(f"    {faults}")
     lines += ["", "streams:"]
     for k, v in st["streams"].items():
         lines.append(f"  {k:<9} " + ("  ".join(f"{a}={b}" for a, b in v.items())))
