@@ -4,8 +4,10 @@ container, driven through the docker SDK.
 The container (one per sandbox, re-created when the memory or pids limits
 change or it died) runs a sleeping Python as pid 1 with:
 ``network_mode="none"``, a cgroup memory limit (no swap), a pids limit, a CPU
-quota, a read-only root with tmpfs ``/work`` and ``/tmp``, user 65534, every
-capability dropped and ``no-new-privileges``. The image is configurable;
+quota, a read-only root with size-capped tmpfs ``/work``, ``/tmp`` and
+``/dev/shm``, every capability dropped and ``no-new-privileges``. pid 1 runs as
+uid 65533 and every program as 65534, so a program can neither ptrace nor
+signal the process that outlives it. The image is configurable;
 ``scripts/ci_docker.sh`` builds ``rlvr-sandbox:local`` offline.
 
 One run is one ``exec`` of a short trusted prelude, ``_BOOT``: it reads a
@@ -41,6 +43,9 @@ from rlvr.verify.sandbox.base import (
 
 _MARK = b"\x00rlvr-sandbox-ready\n"
 _USER = "65534:65534"
+# pid 1 runs as another uid: a program (65534) can then neither ptrace it (and
+# so plant code that outlives the run in a reused container) nor signal it.
+_KEEPER = "65533:65533"
 _BOOT = r"""
 import json, os, resource, sys
 def read(n):
@@ -194,11 +199,12 @@ class DockerSandbox:
             network_mode="none",
             mem_limit=mem,
             memswap_limit=mem,
-            pids_limit=limits.processes + 4,
+            # pid 1 + the program's ``processes`` + the clean-up exec.
+            pids_limit=limits.processes + 2,
             nano_cpus=int(self.cpus * 1e9),
             read_only=True,
             tmpfs={"/work": f"rw,exec,size={self.work_mb}m,mode=1777", "/tmp": f"rw,size={self.tmp_mb}m,mode=1777"},
-            user=_USER,
+            user=_KEEPER,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             shm_size=f"{self.tmp_mb}m",

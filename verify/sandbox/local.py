@@ -155,7 +155,7 @@ class LocalSandbox:
             "argv": argv,
             "env": _scrubbed_env(inner, "/tmp" if work is None else inner),
             "rlimits": self._rlimits(limits, uid),
-            "landlock": None if work is None else {"read": [*_SYSTEM_READ, _python_prefix(self.python)], "write": [work, "/dev/null"]},
+            "landlock": _landlock_rules(work, self.python),
             "marker": marker,
         }
         raw = json.dumps(header).encode()
@@ -225,6 +225,15 @@ def describe_none(root: bool, tmp_mb: int) -> str:
     return (f"none (allowed on purpose): no namespaces, as {who}; Landlock ABI {abi} confines files to the work dir"
             + (f" ({'; '.join(gaps)})" if gaps else ", no TCP, no signals outside")
             + "; work dir not size-capped, UDP not blocked")
+
+
+def _landlock_rules(work: str | None, python: str) -> dict[str, list[str]]:
+    """What the program may read and write. Under bwrap (``work`` is None)
+    the namespaces already hide the host; Landlock is added there too so the
+    program cannot ptrace or signal bwrap's own pid 1 (outside its domain)."""
+    if work is None:
+        return {"read": ["/"], "write": ["/work", "/tmp", "/dev/shm", "/dev/null"]}
+    return {"read": [*_SYSTEM_READ, _python_prefix(python)], "write": [work, "/dev/null"]}
 
 
 def _scrubbed_env(home: str, tmp: str) -> dict[str, str]:
