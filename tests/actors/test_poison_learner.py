@@ -1,0 +1,90 @@
+"""Poison on SCORED, through the learner's consume path, on a real nats-server.
+
+The learner actor is being restructured, so this drives the path it is made
+of rather than the actor: a ``Consumer`` on the ``learn`` durable (the
+consume loop, its validation and dead letters) whose handler assembles
+groups and filters them exactly as the learner does (``learner/groups.py``).
+Validation is what the learner wires in: ``check_message`` plus
+``check_token_ids_in_vocab`` against its model's vocabulary.
+
+Each case publishes one poison Scored and then a complete good group: the
+poison is dead-lettered with its reason and counted, the handler never sees
+it, and the good group still reaches the filters with both samples kept.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from rlvr.actors.bus import Bus
+from rlvr.actors.config import BusConfig, NatsConfig
+from rlvr.actors.consume import Consumer, Delivery
+from rlvr.learner.groups import GroupAssembler, filter_group
+from rlvr.protocol import DeadLetter, RunNames, Scored, check_message, check_token_ids_in_vocab, decode, encode
+from tests.actors.test_poison import BUS, MAX_PAYLOAD, server, scored_poisons  # noqa: F401 (fixture)
+from tests.busclient import BusClient
+from tests.factories import make_scored
+
+RUN = "pl"
+VOCAB = 64
+SCORED_CASES = scored_poisons(RUN, 1, VOCAB, MAX_PAYLOAD)
+
+
+def learner_validate(scored: Scored) -> None:
+    """What the learner passes as ``Consumer(validate=...)``."""
+    check_message(scored)
+    check_token_ids_in_vocab(scored, VOCAB)
+
+
+@pytest.mark.parametrize("case", SCORED_CASES, ids=[c.name for c in SCORED_CASES])
+def test_learner_path_dead_letters_a_poison_scored_counts_it_and_trains_the_next_group(server, case):  # noqa: F811
+    k = 100 + SCORED_CASES.index(case)
+    handled: list[str] = []
+    kept: list[str] = []
+
+    async def main():
+        bus = await Bus.connect(NatsConfig(url=server.url), BusConfig(**BUS), RunNames(RUN), "learn-test")
+        await bus.ensure_topology()
+        assembler = GroupAssembler(group_timeout_s=600)
+
+        async def on_scored(scored: Scored, delivery: Delivery) -> None:
+            handled.append(scored.sample_id)
+            group = assembler.add(delivery.stream_seq, scored)
+            if group is not None:
+                result = filter_group(group, current_version=0, max_staleness=1, dynamic_sampling=True,
+                                      zero_variance_eps=1e-6)
+                kept.extend(sc.sample_id for _, sc in result.kept)
+
+        consumer = Consumer(bus, bus.consumer_def("learn"), stage="learn", decode=lambda d: decode(d, Scored),
+                            handle=on_scored, concurrency=16, validate=learner_validate)
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            if case.first is not None:
+                await bus.js.publish(bus.names.scored, case.first, headers={"Nats-Msg-Id": f"{case.name}-first"})
+            if case.msg_id:
+                await bus.js.publish(bus.names.scored, case.data, headers={"Nats-Msg-Id": case.name})
+            else:
+                await bus.js.publish(bus.names.scored, case.data)
+            for i, reward in enumerate((1.0, 0.0)):
+                good = make_scored(RUN, k=k, i=i, reward=reward, n=2)
+                await bus.js.publish(bus.names.scored, encode(good), headers={"Nats-Msg-Id": good.sample_id})
+            with anyio.fail_after(30):
+                while len(kept) < 2 or consumer.stats.counters[f"dead_letter.{case.kind}"] < 1:
+                    await anyio.sleep(0.02)
+            stop.set()
+        await bus.close()
+        return consumer.stats.counters
+
+    counters = anyio.run(main)
+    assert kept == [f"{RUN}-t{k}/0", f"{RUN}-t{k}/1"]
+    assert counters["dead_lettered"] == 1 and counters[f"dead_letter.{case.kind}"] == 1
+    expected_handled = {f"{RUN}-t{k}/0", f"{RUN}-t{k}/1"} | ({f"{RUN}-t1/0"} if case.first is not None else set())
+    assert set(handled) == expected_handled  # the poison never reached the handler
+    letters = BusClient(server.url, RUN).decoded("DEAD", DeadLetter)
+    if case.msg_id:
+        (letter,) = [d for d in letters if d.headers.get("Nats-Msg-Id") == case.name]
+    else:
+        (letter,) = [d for d in letters if d.size == len(case.data) and d.reference]
+    assert letter.kind == case.kind and case.reason in letter.reason and letter.stage == "learn"
