@@ -125,3 +125,39 @@ def test_concurrency_bound_is_respected(nats_server):
 
     anyio.run(main)
     assert peak == 3
+
+
+def test_a_message_whose_holders_keep_dying_is_dead_lettered_as_a_poison_pill_unread(nats_server):
+    # A message that kills (or hangs) every replica holding it is redelivered
+    # without ever being settled; after poison_after deliveries the next one is
+    # dead-lettered before any handler runs, so it cannot crash-loop the role.
+    handled: list[str] = []
+
+    async def main():
+        bus = await _bus(nats_server.url, ack_wait_s=0.5, max_deliver=5, poison_after=2)
+        await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="killer")
+        cd = bus.consumer_def("verify")
+        sub = await bus.pull_subscription(cd)
+        for _ in range(2):  # two holders that died with it: fetched, never settled
+            with anyio.fail_after(10):
+                (msg,) = await sub.fetch(1, timeout=5)
+        await sub.unsubscribe()
+
+        async def handle(sample: Sample, delivery) -> None:
+            handled.append(sample.sample_id)
+
+        consumer = Consumer(bus, cd, stage="verify", decode=lambda d: decode(d, Sample), handle=handle, concurrency=1)
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(30):
+                while consumer.stats.counters["poison_pills"] < 1:
+                    await anyio.sleep(0.02)
+            stop.set()
+        await bus.close()
+        return consumer.stats.counters, msg.metadata.num_delivered
+
+    counters, last_seen = anyio.run(main)
+    assert last_seen == 2 and handled == [] and counters["dead_letter.poison"] == 1
+    (letter,) = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
+    assert letter.kind == "poison" and "never settled" in letter.reason and letter.delivery_count == 3
