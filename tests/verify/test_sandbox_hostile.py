@@ -1,6 +1,6 @@
 """Hostile programs against every sandbox level x {root, non-root} verifier.
 
-Each test is one attack (nanochat style), run through ``sandbox_driver.py``:
+Each test is one attack (nanochat style), run through ``sandbox_harness.py``:
 a stand-in pool worker started with secrets in its environment that, for the
 non-root half, drops to a dedicated unprivileged user this module creates
 (``useradd``; CI runs as root). Every attack must be contained; the one known
@@ -14,80 +14,23 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from sandbox_harness import LIMITS, SECRET, TMP_MB, WORK_MB, alive_with, attack, target_for
 
 from rlvr.verify.pool import worker_env
 
-SECRET = "rlvr-hostile-secret-7f3a9c"
-USER = "rlvr-sbx-test"
-TMP_MB = WORK_MB = 32
-LIMITS = {"wall_s": 6.0, "cpu_s": 6, "memory_mb": 256, "processes": 16, "open_files": 64,
-          "file_size_mb": 16, "output_bytes": 16384}
-DRIVER = Path(__file__).with_name("sandbox_driver.py")
 BACKENDS = ["bwrap", "none", "docker"]
 WHO = ["root", "nonroot"]
 
 
-def _test_user() -> dict:
-    """The unprivileged user of the non-root half (created if missing)."""
-    try:
-        pw = pwd.getpwnam(USER)
-    except KeyError:
-        if os.geteuid() != 0 or shutil.which("useradd") is None:
-            pytest.skip(f"user {USER} is missing and cannot be created here (not root or no useradd)")
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
-        pw = pwd.getpwnam(USER)
-    groups = []
-    sock = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
-    if os.path.exists(sock) and os.stat(sock).st_gid != 0:
-        groups.append(os.stat(sock).st_gid)  # the docker group, the way a non-root verifier reaches the engine
-    return {"uid": pw.pw_uid, "gid": pw.pw_gid, "groups": groups}
-
-
 @pytest.fixture(params=[(b, w) for b in BACKENDS for w in WHO], ids=lambda p: f"{p[0]}-{p[1]}")
 def target(request):
-    backend, who = request.param
-    if os.geteuid() != 0 and who == "root":
-        pytest.skip("the root half needs a root test run (CI runs as root)")
-    user = _test_user() if who == "nonroot" and os.geteuid() == 0 else None
-    return {"backend": backend, "user": user}
-
-
-def attack(target: dict, code: str, *args: str, limits: dict | None = None) -> dict:
-    """Run ``code`` once in the target's sandbox through the driver; returns
-    the driver's report (``result`` = the ExecutionResult as a dict)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NATS_PASSWORD": SECRET,
-           "AWS_SECRET_ACCESS_KEY": SECRET, "NATS_URL": f"nats://verify:{SECRET}@127.0.0.1:4222"}
-    req = {**target, "code": code, "args": list(args), "limits": limits or LIMITS, "tmp_mb": TMP_MB,
-           "work_mb": WORK_MB, "image": os.environ.get("RLVR_SANDBOX_IMAGE", "rlvr-sandbox:local")}
-    proc = subprocess.run([sys.executable, str(DRIVER)], input=json.dumps(req), capture_output=True, text=True,
-                          env=env, cwd="/", timeout=120)
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"the worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    report = json.loads(lines[-1])
-    if "unavailable" in report:
-        pytest.skip(f"level {target['backend']} unavailable here: {report['unavailable']}")
-    return report
-
-
-def _alive_with(token: str) -> list[int]:
-    """Host pids whose command line holds ``token`` (zombies have none)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if token.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    return target_for(*request.param)
 
 
 @pytest.fixture
@@ -177,7 +120,7 @@ def test_a_thousand_forks_stop_at_the_process_limit_and_die_with_the_run(target)
     token = f"rlvr-fork-{os.urandom(4).hex()}"
     r = attack(target, FORKS, token)["result"]
     assert r["error"] == "" and int(r["stdout"]) <= LIMITS["processes"]
-    assert _alive_with(token) == []
+    assert alive_with(token) == []
 
 
 FILL = """
@@ -268,7 +211,7 @@ def test_a_setsid_survivor_is_dead_when_run_returns(target):
     token = f"rlvr-survivor-{os.urandom(4).hex()}"
     r = attack(target, SURVIVOR, token)["result"]
     assert r["stdout"] == "parent leaves\n" and r["error"] == ""
-    assert _alive_with(token) == []
+    assert alive_with(token) == []
 
 
 PTRACE = """
