@@ -1,9 +1,12 @@
 """The NATS side of every actor: connection, topology, publish, dead letters.
 
 ``Bus.connect`` retries with backoff until ``connect_timeout_s`` and then
-fails loudly; after that nats-py reconnects on its own. ``ensure_topology``
-creates the run's streams, KV bucket and object-store bucket idempotently (an
-existing stream with another config is updated, not recreated). Every publish
+fails loudly; after that nats-py reconnects on its own. It presents the
+credentials and TLS files ``NatsConfig`` names (``rlvr.actors.secrets`` reads
+them; no error or log line carries a secret). ``ensure_topology`` (the
+learner, ``rlvr-actor init``) creates or updates the run's streams,
+consumers and buckets; every other role calls ``check_topology``, which only
+waits for them and checks them (``rlvr.actors.topology``). Every publish
 waits for JetStream's acknowledgement under a deadline, carries a stable
 ``Nats-Msg-Id`` (deduplicated inside the stream's duplicate window) and the
 current ``traceparent``.
@@ -24,10 +27,11 @@ from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import BadRequestError, NotFoundError
 
+from rlvr.actors import topology
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.logs import get_logger
+from rlvr.actors.secrets import connect_options, redact
 from rlvr.actors.tracing import inject_headers
 from rlvr.protocol import DeadLetter, RunNames, encode
 from rlvr.protocol.codec import Message
@@ -50,6 +54,9 @@ class Bus:
         self.replica = replica
         # Set when nats-py gives up reconnecting; the actor then exits non-zero.
         self.closed = anyio.Event()
+        # True once this process created the topology (the learner, `init`): only
+        # then does it create consumers; every other role binds existing ones.
+        self.owns_topology = False
 
     # --- lifecycle ----------------------------------------------------------
     @classmethod
@@ -58,6 +65,13 @@ class Bus:
         delay = 0.1
         last: Exception | None = None
         holder: list[Bus] = []
+        auth = connect_options(nats_cfg)  # a missing secret file fails here, naming the key
+        refused: list[Exception] = []
+
+        async def on_error(e: Exception) -> None:
+            if "authorization" in str(e).lower():
+                refused.append(e)  # nats-py retries a refused login until our deadline
+            await _on_error(e)
 
         async def on_closed() -> None:
             if holder:
@@ -75,17 +89,19 @@ class Bus:
                         reconnect_time_wait=nats_cfg.reconnect_wait_s,
                         max_reconnect_attempts=nats_cfg.max_reconnect_attempts,
                         allow_reconnect=True,
-                        error_cb=_on_error,
+                        error_cb=on_error,
                         disconnected_cb=_on_disconnect,
                         reconnected_cb=_on_reconnect,
                         closed_cb=on_closed,
+                        **auth,
                     )
                 holder.append(cls(nc, names, nats_cfg, bus_cfg, replica))
                 return holder[0]
             except Exception as e:  # nats raises several types for "no server"
                 last = e
             if time.monotonic() + delay > deadline:
-                raise BusConnectError(f"cannot reach NATS at {nats_cfg.url}: {last!r}") from last
+                why = "the server refused the credentials (Authorization Violation)" if refused else repr(last)
+                raise BusConnectError(redact(f"cannot reach NATS at {nats_cfg.url}: {why}")) from None
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -99,40 +115,15 @@ class Bus:
     def stream_defs(self) -> list[StreamDef]:
         return self.names.streams(self.cfg.scored_max_age_s, self.cfg.duplicate_window_s)
 
-    async def ensure_topology(self) -> None:
-        storage = js_api.StorageType.FILE if self.cfg.storage == "file" else js_api.StorageType.MEMORY
-        for sd in self.stream_defs():
-            config = js_api.StreamConfig(
-                name=sd.name,
-                subjects=sd.subjects,
-                retention=(
-                    js_api.RetentionPolicy.WORK_QUEUE
-                    if sd.retention == "workqueue"
-                    else js_api.RetentionPolicy.LIMITS
-                ),
-                max_age=sd.max_age_s or None,
-                max_msgs_per_subject=sd.max_msgs_per_subject,
-                duplicate_window=sd.duplicate_window_s,
-                storage=storage,
-                num_replicas=self.cfg.replicas,
-            )
-            try:
-                await self.js.add_stream(config)
-            except BadRequestError:
-                # Exists with another config (an upgrade changed a limit): update in place.
-                await self.js.update_stream(config)
-        try:
-            await self.js.create_key_value(
-                bucket=self.names.kv_bucket, history=1, storage=storage, replicas=self.cfg.replicas
-            )
-        except BadRequestError:
-            pass
-        try:
-            await self.js.create_object_store(
-                bucket=self.names.weights_bucket, storage=storage, replicas=self.cfg.replicas
-            )
-        except BadRequestError:
-            pass
+    async def ensure_topology(self) -> list[str]:
+        """Create or update the run's streams, consumers and buckets: the learner and `init` only."""
+        touched = await topology.ensure_topology(self)
+        self.owns_topology = True
+        return touched
+
+    async def check_topology(self, role: str) -> None:
+        """Wait (bounded) for what ``role`` needs and check its shape; never creates or changes it."""
+        await topology.check_topology(self, role)
 
     def consumer_def(self, kind: str) -> ConsumerDef:
         stream, subject = {
@@ -152,31 +143,19 @@ class Bus:
     async def pull_subscription(
         self, cd: ConsumerDef, *, start_seq: int | None = None
     ) -> JetStreamContext.PullSubscription:
-        """Bind to the durable consumer ``cd``, creating it if absent.
+        """Bind to the durable consumer ``cd``.
 
-        ``start_seq`` (the learner after a restart) recreates the consumer so
-        it delivers from that stream sequence on.
+        The topology's owner (the learner) creates it if absent, and
+        ``start_seq`` (the learner after a restart) recreates it so it
+        delivers from that stream sequence on. Any other role only binds an
+        existing consumer, waiting for it as ``check_topology`` does.
         """
-        config = js_api.ConsumerConfig(
-            durable_name=cd.durable,
-            filter_subject=cd.filter_subject,
-            ack_policy=js_api.AckPolicy.EXPLICIT,
-            ack_wait=cd.ack_wait_s,
-            max_deliver=cd.max_deliver,
-            max_ack_pending=cd.max_ack_pending,
-            deliver_policy=js_api.DeliverPolicy.BY_START_SEQUENCE if start_seq else js_api.DeliverPolicy.ALL,
-            opt_start_seq=start_seq,
-        )
-        if start_seq is not None:
-            try:
-                await self.js.delete_consumer(cd.stream, cd.durable)
-            except NotFoundError:
-                pass
-        try:
-            await self.js.add_consumer(cd.stream, config)
-        except BadRequestError:
-            await self.js.delete_consumer(cd.stream, cd.durable)
-            await self.js.add_consumer(cd.stream, config)
+        if self.owns_topology:
+            await topology.create_consumer(self, cd, start_seq)
+        else:
+            if start_seq is not None:
+                raise topology.TopologyMismatchError(f"only the topology's owner may reposition consumer {cd.durable}")
+            await topology.check_consumer(self, cd, cd.durable)
         return await self.js.pull_subscribe_bind(durable=cd.durable, stream=cd.stream)
 
     # --- publishing ---------------------------------------------------------

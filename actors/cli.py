@@ -3,6 +3,7 @@
     rlvr-actor --role rollout|verify|learn --config run.toml [--nats URL] [--run ID]
     rlvr-actor up [--config run.toml]           # embedded NATS + every role, locally
     rlvr-actor status [--nats URL] [--run ID]   # replicas, streams, consumers
+    rlvr-actor init [--config run.toml]          # create the run's streams and consumers
     rlvr-actor audit --verifier NAME --input cases.jsonl --output verdicts.jsonl
     rlvr-actor eval --checkpoint DIR --data FILE --k 1,8
     rlvr-actor report RUN_DIR
@@ -20,7 +21,7 @@ import os
 import sys
 
 ROLES = ("rollout", "verify", "learn")
-COMMANDS = ("up", "status", "audit", "eval", "report", "config-doc")
+COMMANDS = ("up", "init", "status", "audit", "eval", "report", "config-doc")
 
 
 def _role_parser() -> argparse.ArgumentParser:
@@ -45,6 +46,12 @@ def _command_parser(cmd: str) -> argparse.ArgumentParser:
         p.add_argument("--run", help="run id")
         p.add_argument("--run-dir", help="run directory (default: <up.runs_dir>/<run>-<time>)")
         p.add_argument("--display", choices=("auto", "live", "plain", "logs"), help="terminal output")
+    elif cmd == "init":
+        p.description = ("Create or update the run's streams, consumers, KV and object-store buckets "
+                         "(the learner does it at start; rollouts and verifiers only check them).")
+        p.add_argument("--config")
+        p.add_argument("--nats", help="NATS URL")
+        p.add_argument("--run", help="run id")
     elif cmd == "status":
         p.description = "Print replicas (from heartbeats), stream depths, consumer lag and pending acks."
         p.add_argument("--config")
@@ -71,6 +78,7 @@ def _command_parser(cmd: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _drop_working_directory_from_path()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
         cmd = argv.pop(0)
@@ -78,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         return _run_command(cmd, args)
     args = _role_parser().parse_args(argv)
     return _run_role(args)
+
+
+def _drop_working_directory_from_path() -> None:
+    # `python -m` and `-c` put the working directory first on sys.path, so a
+    # .py file lying there would shadow any module a role imports later (a
+    # verifier plug-in, a library). The launcher starts roles with -P where
+    # Python has it; this covers every other way in.
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -114,6 +131,11 @@ def _run_command(cmd: str, args: argparse.Namespace) -> int:
         from rlvr.actors.launcher import up_main
 
         return up_main(args)
+    if cmd == "init":
+        from rlvr.actors.topology import init_main
+
+        cfg = _load(args)
+        return init_main(cfg.run, cfg.nats, cfg.bus)
     if cmd == "status":
         from rlvr.actors.status import status_main
 

@@ -30,6 +30,7 @@ Seconds = Annotated[float, Meta(gt=0)]
 
 class NatsConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # NATS server URL(s), comma separated. `up` replaces it with its embedded server.
+    # Never put credentials in it (user:password@ is refused): use the keys below.
     url: str = "nats://127.0.0.1:4222"
     # Seconds to wait for the first connection before giving up with an error.
     connect_timeout_s: Seconds = 5.0
@@ -39,6 +40,54 @@ class NatsConfig(Struct, frozen=True, forbid_unknown_fields=True):
     max_reconnect_attempts: int = 60
     # Deadline for every JetStream API call and publish acknowledgement.
     request_timeout_s: Seconds = 10.0
+    # User name for user/password auth (ops/gen-secrets.sh makes one user per role).
+    # In this and every file/variable key below, "{role}" stands for the connecting
+    # role (learn, rollout, verify; "ops" for `status`), so one run config serves all.
+    user: str = ""
+    # File holding that user's password (its first line; read at connect, never logged).
+    password_file: str = ""
+    # Or: the environment variable holding the password.
+    password_env: str = ""
+    # NATS credentials file (user JWT + NKEY seed), for operator/JWT deployments.
+    creds_file: str = ""
+    # File holding a user NKEY seed (SU...), for nkey users in the server config.
+    nkey_seed_file: str = ""
+    # CA certificate(s) that sign the server's certificate (PEM); set it to require TLS.
+    tls_ca_file: str = ""
+    # Client certificate (PEM), for servers that verify clients; needs tls_key_file.
+    tls_cert_file: str = ""
+    # The client certificate's private key (PEM).
+    tls_key_file: str = ""
+    # Server name to verify in its certificate when the URL names it otherwise (an IP).
+    tls_hostname: str = ""
+    # Prefix of this connection's reply subjects. Per role by default, so that the
+    # shipped permissions let no user subscribe to another user's replies.
+    inbox_prefix: str = "_INBOX.{role}"
+
+    def __post_init__(self) -> None:
+        # Raised errors name the key; msgspec appends the section's path.
+        for part in self.url.split(","):
+            if "@" in part.split("://", 1)[-1].split("/", 1)[0]:
+                raise ValueError(
+                    "nats.url must not carry credentials (user:password@ or token@): they would reach "
+                    "logs and the run's KV config; use nats.user with nats.password_file or nats.password_env"
+                )
+        if self.password_file and self.password_env:
+            raise ValueError("set one of nats.password_file and nats.password_env, not both")
+        if bool(self.user) != bool(self.password_file or self.password_env):
+            raise ValueError("nats.user needs nats.password_file or nats.password_env, and they need nats.user")
+        schemes = [bool(self.user), bool(self.creds_file), bool(self.nkey_seed_file)]
+        if sum(schemes) > 1:
+            raise ValueError("set one of nats.user, nats.creds_file and nats.nkey_seed_file")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("nats.tls_cert_file and nats.tls_key_file go together")
+
+    def for_role(self, role: str) -> NatsConfig:
+        """This config with "{role}" in the user and the credential keys replaced by ``role``."""
+        keys = ("user", "password_file", "password_env", "creds_file", "nkey_seed_file", "tls_cert_file",
+                "tls_key_file", "inbox_prefix")
+        changes = {k: getattr(self, k).replace("{role}", role) for k in keys if "{role}" in getattr(self, k)}
+        return msgspec.structs.replace(self, **changes) if changes else self
 
 
 class BusConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -57,7 +106,18 @@ class BusConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # JetStream duplicate window: republished messages with the same Nats-Msg-Id inside it are dropped.
     duplicate_window_s: Seconds = 600.0
     # How long SCORED keeps samples for replay after a learner crash.
+    # Retention is the learner's: other roles never change it (they only check the streams exist).
     scored_max_age_s: Seconds = 7 * 86400.0
+    # Bytes SCORED may hold; past it the oldest samples go first. JetStream
+    # reserves this much storage when the stream is created.
+    scored_max_bytes: Annotated[int, Meta(ge=1 << 20)] = 2 << 30
+    # How long DEAD keeps dead letters for inspection or replay.
+    dead_max_age_s: Seconds = 14 * 86400.0
+    # Bytes DEAD may hold; past it the oldest letters go first.
+    dead_max_bytes: Annotated[int, Meta(ge=1 << 20)] = 256 << 20
+    # Seconds a rollout or verifier waits at start for the learner (or `rlvr-actor init`)
+    # to create the run's streams and consumers, logging what it waits for, before it fails.
+    topology_wait_s: Seconds = 300.0
     # Heartbeat period on the status subject.
     heartbeat_every_s: Seconds = 2.0
     # Delay before a message nak'ed after an infrastructure fault is redelivered.

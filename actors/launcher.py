@@ -200,7 +200,9 @@ def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Confi
     log_path = run_dir / "logs" / f"{replica}.log"
     log = open(log_path, "ab")  # noqa: SIM115 (handed to the child)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlvr.actors.cli", "--role", role, "--config", str(config_file), "--replica", replica],
+        # -P: the working directory never lands on the role's sys.path (a .py file there would shadow imports).
+        [sys.executable, *(("-P",) if sys.version_info >= (3, 11) else ()), "-m", "rlvr.actors.cli",
+         "--role", role, "--config", str(config_file), "--replica", replica],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,

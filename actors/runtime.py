@@ -1,6 +1,7 @@
 """The actor host: one place that runs any role.
 
-``serve`` connects to NATS, creates the run's topology, starts heartbeats and
+``serve`` connects to NATS, creates the run's topology (the learner) or waits
+for it and checks it (every other role), starts heartbeats and
 signal handling, runs the role, and drains on the way out. A role is an
 object with ``role`` (its name), ``async run(ctx)`` and ``heartbeat()``; it
 returns from ``run`` when ``ctx.stop`` is set (or when its work is done, as
@@ -65,12 +66,17 @@ class RoleActor(Protocol):
 async def serve(config: Config, replica: str, make_actor: Callable[[], RoleActor]) -> None:
     names = RunNames(config.run)
     actor = make_actor()
-    bus = await Bus.connect(config.nats, config.bus, names, replica)
+    bus = await Bus.connect(config.nats.for_role(actor.role), config.bus, names, replica)  # its own user
     stop = anyio.Event()
     ctx = ActorContext(bus, replica, stop, config)
     log.info("actor_start", nats=config.nats.url, pid=os.getpid(), config=msgspec.to_builtins(config))
     try:
-        await bus.ensure_topology()
+        # Topology has one owner: the learner creates and updates it; every
+        # other role waits for it and checks it, and never rewrites it.
+        if actor.role == "learn":
+            await bus.ensure_topology()
+        else:
+            await bus.check_topology(actor.role)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_watch_signals, stop, tg.cancel_scope, config.bus.drain_timeout_s + 3)
             tg.start_soon(_heartbeats, ctx, actor, config.bus.heartbeat_every_s)

@@ -127,7 +127,9 @@ def connect_options(cfg: NatsConfig) -> dict[str, Any]:
     variable cannot be read: a missing secret is a config fault, found before
     the first connection attempt rather than as an authorization error later.
     """
-    opts: dict[str, Any] = {}
+    # A config not yet given a role (a test, a tool) replies on the plain inbox.
+    inbox = cfg.inbox_prefix.replace(".{role}", "").replace("{role}", "")
+    opts: dict[str, Any] = {"inbox_prefix": inbox or "_INBOX"}
     password = read_password(cfg)
     if password is not None:
         opts.update(user=cfg.user, password=password)

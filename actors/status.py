@@ -22,7 +22,16 @@ async def collect_status(cfg: Config, wait_s: float) -> dict:
     import nats
 
     names = RunNames(cfg.run)
-    nc = await nats.connect(cfg.nats.url, connect_timeout=max(1, int(cfg.nats.connect_timeout_s)), max_reconnect_attempts=1)
+    from rlvr.actors.secrets import connect_options
+
+    # The same credentials and TLS as the roles, as the read-only `ops` user.
+    nats_cfg = cfg.nats.for_role("ops")
+    nc = await nats.connect(
+        [u.strip() for u in nats_cfg.url.split(",")],
+        connect_timeout=max(1, int(nats_cfg.connect_timeout_s)),
+        max_reconnect_attempts=1,
+        **connect_options(nats_cfg),
+    )
     try:
         js = nc.jetstream(timeout=cfg.nats.request_timeout_s)
         replicas: dict[str, Heartbeat] = {}
@@ -128,7 +137,9 @@ def status_main(args: argparse.Namespace, cfg: Config) -> int:
     try:
         st = anyio.run(collect_status, cfg, args.wait)
     except Exception as e:
-        print(f"rlvr-actor status: cannot reach NATS at {cfg.nats.url}: {e!r}")
+        from rlvr.actors.secrets import redact
+
+        print(redact(f"rlvr-actor status: cannot reach NATS at {cfg.nats.url}: {e!r}"))
         return 3
     print(json.dumps(st, indent=2, default=msgspec.to_builtins) if args.json else format_status(st))
     return 0

@@ -114,8 +114,10 @@ async def ensure_topology(bus: Bus) -> list[str]:
             await js.update_stream(config)
             log.info("stream_updated", stream=sd.name)
         touched.append(sd.name)
+    # KV reads are direct gets, whose subject names the key: so permissions can
+    # let `ops` read the policy version but not the stored config.
     for bucket, create in (
-        (bus.names.kv_bucket, lambda: js.create_key_value(bucket=bus.names.kv_bucket, history=1, storage=_storage(bus), replicas=bus.cfg.replicas)),
+        (bus.names.kv_bucket, lambda: js.create_key_value(bucket=bus.names.kv_bucket, history=1, storage=_storage(bus), replicas=bus.cfg.replicas, direct=True)),
         (bus.names.weights_bucket, lambda: js.create_object_store(bucket=bus.names.weights_bucket, storage=_storage(bus), replicas=bus.cfg.replicas)),
     ):
         try:
@@ -157,10 +159,10 @@ async def check_topology(bus: Bus, role: str) -> None:
         info = infos[sd.name]
         mine = stream_config(bus, sd, kind)
         got = info.config
-        if set(got.subjects or []) != set(sd.subjects) or got.retention != mine.retention:
+        if set(got.subjects or []) != set(sd.subjects) or _val(got.retention) != _val(mine.retention):
             raise TopologyMismatchError(
-                f"stream {sd.name} has subjects {got.subjects} and retention {got.retention.value if got.retention else None}; "
-                f"this {role} needs {sd.subjects} with {mine.retention.value}. Another run or version created it: "
+                f"stream {sd.name} has subjects {got.subjects} and retention {_val(got.retention)}; "
+                f"this {role} needs {sd.subjects} with {_val(mine.retention)}. Another run or version created it: "
                 f"{_OWNER_HINT} with this run's config"
             )
         for field in ("max_age", "max_bytes", "max_msgs_per_subject", "duplicate_window", "num_replicas"):
@@ -177,12 +179,17 @@ async def check_consumer(bus: Bus, cd: ConsumerDef, role: str) -> js_api.Consume
     """Wait for the durable ``cd`` and check that it delivers the subject the role expects."""
     info = (await _wait_for(bus, [f"{cd.stream}/{cd.durable}"], role))[f"{cd.stream}/{cd.durable}"]
     cfg = info.config
-    if cfg.filter_subject not in (cd.filter_subject, None, "") or cfg.ack_policy != js_api.AckPolicy.EXPLICIT:
+    if cfg.filter_subject not in (cd.filter_subject, None, "") or _val(cfg.ack_policy) != "explicit":
         raise TopologyMismatchError(
             f"consumer {cd.durable} on {cd.stream} filters {cfg.filter_subject!r} with ack policy "
-            f"{cfg.ack_policy.value if cfg.ack_policy else None}; this {role} needs {cd.filter_subject!r} with explicit acks"
+            f"{_val(cfg.ack_policy)}; this {role} needs {cd.filter_subject!r} with explicit acks"
         )
     return info
+
+
+def _val(enum_or_str: object) -> object:
+    # nats-py hands back enums or their plain string values depending on the call.
+    return getattr(enum_or_str, "value", enum_or_str)
 
 
 def _norm(value: object) -> object:
@@ -233,7 +240,8 @@ def init_main(run: str, nats_cfg, bus_cfg) -> int:
     from rlvr.protocol import RunNames
 
     async def go() -> list[str]:
-        bus = await Bus.connect(nats_cfg, bus_cfg, RunNames(run), f"init-{os.getpid()}")
+        # The topology's owner is the learner: init connects as its user.
+        bus = await Bus.connect(nats_cfg.for_role("learn"), bus_cfg, RunNames(run), f"init-{os.getpid()}")
         try:
             return await bus.ensure_topology()
         finally:

@@ -76,6 +76,15 @@ class ActorProcs:
         self.logs[replica] = log
         return proc
 
+    def init(self, config: Path) -> None:
+        """``rlvr-actor init``: create the run's topology, as the learner would, so a
+        rollout or verifier started alone finds its streams and consumers."""
+        out = subprocess.run(
+            [sys.executable, "-m", "rlvr.actors.cli", "init", "--config", str(config), "--nats", self.nats_url],
+            capture_output=True, text=True, timeout=60, cwd=self.tmp_path,
+        )
+        assert out.returncode == 0, out.stderr
+
     def log_text(self, replica: str) -> str:
         return self.logs[replica].read_text(errors="replace")
 

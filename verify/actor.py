@@ -10,8 +10,10 @@ Scored has the same id, so it is stored once.
 Outcomes are data: a timeout is ``outcome="timeout"`` in the Scored message
 (counted apart from wrong answers), never a missing reward. A spec naming an
 unknown verifier or bad parameters is dead-lettered with the reason: no
-retry can fix it. A prompt the rollout rejected is scored ``parse_error``
-without running a verifier.
+retry can fix it. Plug-in verifiers are imported here once, at start-up,
+from this role's own ``[verify] plugins``; a message naming any other import
+path is dead-lettered, and nothing it names is ever imported. A prompt the
+rollout rejected is scored ``parse_error`` without running a verifier.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from rlvr.verify.pool import VerifierPool
 from rlvr.verify.sandbox.base import SandboxUnavailableError
 from rlvr.verify.sandbox.levels import choose_level
 from rlvr.verify.sandbox.levels import gauges as sandbox_gauges
-from rlvr.verify.registry import VerifierSpecError, context_for_sample, resolve
+from rlvr.verify.registry import VerifierSpecError, context_for_sample, load_plugins, resolve
 
 log = get_logger("rlvr.verify")
 
@@ -42,6 +44,10 @@ class VerifyActor:
 
     def __init__(self, cfg: VerifyConfig) -> None:
         self.cfg = cfg
+        # Before the bus: a plug-in that cannot be imported stops the replica with its name.
+        load_plugins(cfg.plugins)
+        if cfg.plugins:
+            log.info("verifier_plugins_loaded", plugins=list(cfg.plugins))
         self.consumer: Consumer[Sample] | None = None
         self.pool: VerifierPool | None = None
         self.outcomes: Counter[str] = Counter()

@@ -121,7 +121,9 @@ async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase],
                 return
             rows[i] = AuditRow(str(case.id), v.reward, v.outcome, v.extracted, v.latency_s * 1000, v.detail)
 
-    async with VerifierPool(warm=warm, **pool_args) as pool:
+    # An import path on the command line is the operator's own choice: load it as a plug-in.
+    plugins = (verifier,) if ":" in verifier else ()
+    async with VerifierPool(warm=warm, plugins=plugins, **pool_args) as pool:
         # Twice the pool size in flight keeps every worker busy without
         # queueing the whole file in memory at once.
         limit = anyio.Semaphore(2 * pool.size)

@@ -44,10 +44,8 @@ from rlvr.actors.lifeline import die_with_parent
 from rlvr.protocol.samples import OUTCOMES, Verdict
 from rlvr.protocol.tasks import VerifierSpec
 from rlvr.verify.config import VerifyConfig
-from rlvr.verify.registry import VerifyContext, get, resolve, warm_up
-
-if sys.version_info < (3, 11):  # pragma: no cover
-    from exceptiongroup import BaseExceptionGroup
+from rlvr.verify.registry import VerifierPluginError, VerifyContext, get, load_plugins, resolve, warm_up
+from rlvr.verify.registry import plugins as loaded_plugins
 
 
 
@@ -59,6 +57,8 @@ class _Init(msgspec.Struct, array_like=True):
     sys_path: list[str]
     warm: list[str]
     preload: list[str]
+    # [verify] plugins: loaded in each worker as in the parent, never named by a message.
+    plugins: list[str] = []
 
 
 class _Call(msgspec.Struct, array_like=True):
@@ -118,6 +118,10 @@ def worker_main() -> None:
             __import__(module)
         except Exception as e:  # noqa: BLE001 - reported, the worker still serves
             problems.append(f"preload of {module!r} failed: {type(e).__name__}: {e}")
+    try:
+        load_plugins(init.plugins)
+    except VerifierPluginError as e:  # the parent loaded them already; reported, not fatal
+        problems.append(str(e))
     problems += warm_up(init.warm)
     for problem in problems:
         print(f"rlvr verifier worker {os.getpid()}: {problem}", file=sys.stderr, flush=True)
@@ -202,6 +206,7 @@ class VerifierPool:
         error_reward: float = 0.0,
         warm: tuple[str, ...] = ("math",),
         preload: tuple[str, ...] = (),
+        plugins: tuple[str, ...] = (),
         start_timeout_s: float = 120.0,
         max_tasks_per_worker: int = 0,
         latency_window: int = 4096,
@@ -212,7 +217,11 @@ class VerifierPool:
         self.timeout_s = timeout_s
         self.timeout_reward = timeout_reward
         self.error_reward = error_reward
-        self._init = _encoder.encode(_Init(sys_path=list(sys.path), warm=list(warm), preload=list(preload)))
+        # Plug-ins given here, and those this process loaded already (the verifier actor's).
+        self._plugins = tuple(sorted({*plugins, *loaded_plugins()}))
+        self._init = _encoder.encode(
+            _Init(sys_path=list(sys.path), warm=list(warm), preload=list(preload), plugins=list(self._plugins))
+        )
         self._warm = tuple(warm)
         self._start_timeout_s = start_timeout_s
         self._max_tasks = max_tasks_per_worker
@@ -234,6 +243,7 @@ class VerifierPool:
             cfg.timeout_reward,
             error_reward=cfg.error_reward,
             warm=cfg.warm_verifiers,
+            plugins=cfg.plugins,
             start_timeout_s=cfg.worker_start_timeout_s,
             max_tasks_per_worker=cfg.max_tasks_per_worker,
         )
@@ -244,6 +254,7 @@ class VerifierPool:
         # ``verify`` resolves specs in this process, which imports the
         # verifier's module (sympy for math): do that once now, in a thread,
         # rather than in the event loop on the first message.
+        await anyio.to_thread.run_sync(load_plugins, self._plugins)  # a bad plug-in raises here
         await anyio.to_thread.run_sync(_load_quietly, self._warm)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -279,7 +290,8 @@ class VerifierPool:
         env = worker_env(os.environ)
         try:
             process = await anyio.open_process(
-                [sys.executable, "-c", _WORKER_COMMAND],
+                # -P: no working directory on sys.path, so no file lying there shadows rlvr.
+                [sys.executable, *(("-P",) if sys.version_info >= (3, 11) else ()), "-c", _WORKER_COMMAND],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=None,

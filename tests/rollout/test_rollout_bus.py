@@ -96,6 +96,7 @@ def _by_task(samples: list[tuple[Sample, dict[str, str]]]) -> dict[str, list[Sam
 
 def test_a_replica_serves_tasks_end_to_end_and_acks_after_publishing(actors: ActorProcs, nats_server, tmp_path):
     bus = BusClient(nats_server.url, RUN)
+    actors.init(_config(tmp_path))  # the learner's job: a rollout only binds
     actors.start("rollout", _config(tmp_path), "rollout-0")
     _running(bus, "rollout-0")
     tasks = _publish_tasks(bus, range(6))
@@ -126,6 +127,7 @@ def test_two_replicas_share_the_load_and_no_task_is_answered_twice(actors: Actor
     bus = BusClient(nats_server.url, RUN)
     hold = tmp_path / "release"
     cfg = _config(tmp_path, hold=hold, inflight=1)
+    actors.init(cfg)  # the learner's job: a rollout only binds
     actors.start("rollout", cfg, "rollout-a")
     actors.start("rollout", cfg, "rollout-b")
     _running(bus, "rollout-a", "rollout-b")
@@ -154,6 +156,7 @@ def test_a_task_held_by_a_killed_replica_is_redelivered_and_answered_once_by_the
     bus = BusClient(nats_server.url, RUN)
     hold = tmp_path / "release"
     cfg = _config(tmp_path, hold=hold, ack_wait_s=2.0, inflight=1)
+    actors.init(cfg)  # the learner's job: a rollout only binds
     actors.start("rollout", cfg, "rollout-a")
     actors.start("rollout", cfg, "rollout-b")
     _running(bus, "rollout-a", "rollout-b")
@@ -181,6 +184,7 @@ def test_sigterm_exits_0_within_10s_and_the_task_in_hand_goes_to_another_replica
     bus = BusClient(nats_server.url, RUN)
     hold = tmp_path / "release"
     cfg = _config(tmp_path, hold=hold, ack_wait_s=120.0, inflight=1)  # a timeout-driven redelivery takes 2 min
+    actors.init(cfg)  # the learner's job: a rollout only binds
     actors.start("rollout", cfg, "rollout-a")
     actors.start("rollout", cfg, "rollout-b")
     _running(bus, "rollout-a", "rollout-b")

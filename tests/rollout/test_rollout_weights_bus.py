@@ -88,6 +88,7 @@ def replica(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
                     },
                 },
             )
+            procs.init(cfg)  # the learner's job: a rollout only binds
             procs.start("rollout", cfg, REPLICA)
             bus = BusClient(server.url, RUN)
             bus.wait_heartbeat(lambda hb: hb.replica == REPLICA and hb.state == "running", timeout_s=60)

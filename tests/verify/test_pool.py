@@ -1,7 +1,7 @@
 """The worker pool: hard timeouts kill and replace workers, crashes are sandbox_error, size is honoured.
 
-The test verifiers below are module-level ``Verifier`` objects; workers find
-them through their import path ``"<this module>:NAME"``, no registration needed.
+The test verifiers below are module-level ``Verifier`` objects, loaded as
+plug-ins by their import path ``"<this module>:NAME"`` (``run_with_pool``).
 """
 
 import ctypes
@@ -92,7 +92,8 @@ def spec(name, **params):
 def run_with_pool(body, size=2, timeout_s=10.0, **kw):
     async def main():
         with anyio.fail_after(60):
-            async with VerifierPool(size, timeout_s=timeout_s, warm=(), **kw) as pool:
+            plugins = tuple(f"{__name__}:{n}" for n, v in globals().items() if isinstance(v, Verifier))
+            async with VerifierPool(size, timeout_s=timeout_s, warm=(), plugins=plugins, **kw) as pool:
                 return await body(pool)
 
     return anyio.run(main)
