@@ -12,7 +12,7 @@ shaping (the verifiers).
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 from rlvr.learner.algos.config import AdvantageConfig, AdvantageName

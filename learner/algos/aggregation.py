@@ -21,7 +21,7 @@ gradient average equals the single-process gradient (learner/rank_commands.py).
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 

@@ -25,7 +25,7 @@ coefficient β (``PolicyLossConfig.kl_coef``).
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 

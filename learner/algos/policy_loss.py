@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Callable, Literal
+from typing import Callable
 
 import torch
-from msgspec import Meta, Struct
 
 from rlvr.learner.algos.aggregation import aggregate
 from rlvr.learner.algos.config import PolicyLossConfig
