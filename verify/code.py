@@ -1,40 +1,69 @@
 """The code verifier: run a response's program against tests in a sandbox.
 
-Test styles (``CodeParams.tests``):
-- stdin/stdout: a list of ``{"input", "output"}``; one sandbox run per case,
-  the program's stdout compared here (trailing whitespace per line and
-  trailing blank lines ignored) and exit status 0 required;
-- call-based, ``{"entry_point", ...}`` with exactly one of
-  ``asserts`` (MBPP-style assert lines), ``cases`` (``args`` -> ``expected``,
-  compared here) or ``check`` (HumanEval test code defining
-  ``check(candidate)``, one test). All tests of a problem run in one sandbox
-  process through a trusted runner (``_RUNNER``).
+Test formats (``CodeParams``):
+- stdin/stdout: ``tests`` is a list of ``{"input", "output"}``; one sandbox
+  run per case, stdout compared here (``code_tests.same_text``), exit 0 needed;
+- LeetCode / LiveCodeBench functional: the same list plus ``fn_name``; each
+  input line is one JSON argument, the output one JSON value. The program
+  defines ``class Solution`` with that method (a fresh instance per case) or
+  a bare function. A returned tuple equals a JSON list;
+- call-based, ``tests = {"entry_point", ...}`` with exactly one of
+  ``asserts`` (MBPP), ``cases`` (``args`` -> ``expected``, JSON) or ``check``
+  (HumanEval code defining ``check(candidate)``, one test).
+Programs see the names LiveCodeBench pre-imports (``code_child.PRELUDE``:
+typing's ``List``/``Optional``/..., collections, heapq, math, itertools,
+functools, bisect and their usual names) without importing them.
 
-Why a pass cannot be faked by exiting early or killing the parent:
-- The verdict never comes from an exit status or from anything the program
-  prints. Each test's result is a record on a private channel (a dup of the
-  original stdout taken before the program is loaded; the program's own
-  stdout goes to stderr). A record counts only if it starts with a 128-bit
-  nonce drawn here per run and handed to the runner on stdin, which it reads
-  before the program exists, and only if it carries the runner's pid (a
-  record from a forked child is ignored). The runner writes a test's record
-  after the test returned, so a test the program never let run has no record
-  and counts as failed.
-- ``sys.exit(0)`` / ``SystemExit`` / ``KeyboardInterrupt`` raised by the
-  program, at import or inside a test, are caught as ``BaseException`` and
-  recorded as that test failing; ``os._exit`` or a signal ends the run with
-  the remaining tests missing, hence failed. Killing the parent hits the
-  sandbox's pid-1 (ignored) or another uid (EPERM); either way no record
-  appears.
-- A "start" record written before the program is loaded tells a sandbox that
-  never ran the runner (``sandbox_error``, not a wrong answer) from a program
-  that died: the program cannot suppress a start record that precedes it.
-- Limits of this argument: the program shares the runner's process, so a
-  program written to attack this harness (digging the nonce out of the
-  runner's frames or memory, or returning objects whose ``__eq__`` lies to an
-  assert) can still forge a pass. ``cases`` and stdin/stdout tests resist
-  that: the expected values never enter the sandbox and the comparison runs
-  here on plain JSON / text.
+Design: a comparison never runs in the program's process.
+- Call tests (``cases``, ``fn_name`` cases, and every MBPP assert of the form
+  ``assert f(<literals>) == <literal>``, parsed with ``ast``): only the
+  function name and the arguments enter the sandbox. The return value comes
+  out as plain data (``code_wire``: None/bool/int/float/str/list/tuple/dict/
+  set, decoded into fresh objects; JSON formats also turn tuples into lists
+  and refuse the rest) and is compared here, in the verifier worker, against
+  an expected value that never entered the sandbox.
+- Code tests (any other assert, HumanEval ``check``): the test code runs in a
+  separate trusted driver process in the sandbox (``code_driver``), against
+  ``Remote`` callables that forward each call over a pipe to the candidate's
+  process (``code_child``) and return fresh plain objects. Asserts there are
+  compiled at ``optimize=0`` by a driver started with ``-I`` (no
+  ``PYTHONOPTIMIZE``).
+- stdin/stdout: the expected output never enters the sandbox.
+
+What the candidate's process can reach, and why it does not help:
+- its own memory (frames, tracebacks, ``gc``, builtins, ``sys.modules``, the
+  child harness): none of it holds an expected value, a test or the record
+  key. Patching anything there changes only what it returns, and what it
+  returns is data compared elsewhere;
+- the driver: the driver is non-dumpable before the candidate exists, so
+  ptrace, ``process_vm_readv`` and ``/proc/<driver>/{mem,fd,environ}`` are
+  refused; it shares no memory or file descriptor with the candidate but the
+  two call pipes, whose contents it parses as untrusted bytes (size-capped).
+  The candidate may kill or stop it: then records are missing, and a
+  missing record is a failed test (a timeout when the wall clock ran out);
+- the result channel: the driver's records are lines on the sandbox's stdout,
+  each carrying an HMAC-SHA256 under a 256-bit key drawn here per run and
+  read by the driver from stdin before the candidate starts. The candidate
+  does not hold that stdout; printing, or even writing to that pipe through
+  some other process's ``/proc/<pid>/fd/1``, yields lines without a valid
+  HMAC, which ``read_records`` ignores. Reading records back teaches nothing
+  about the key;
+- files: the sandbox's work dir holds the program, the harness sources
+  (public) and the MBPP setup line; the tests arrive on stdin and stay in the
+  driver's memory. The driver keeps the work dir off ``sys.path`` and imports
+  what it needs before the candidate starts, so a module file the program
+  plants is never imported by test code;
+- exits and exceptions: ``sys.exit``, ``os._exit``, ``KeyboardInterrupt``,
+  ``GeneratorExit`` or any ``BaseException`` at import or in a call are a
+  failed load or a failed call; the driver maps only ordinary builtin
+  exceptions back into test code, and a fault no test code can swallow fails
+  the test it happened in. Sleeping runs into the sandbox's wall clock:
+  outcome ``timeout``, the unfinished tests failed.
+Limits of the argument: a HumanEval test that calls another function of the
+program (``poly`` in HumanEval/32, ``encode_cyclic`` in /38) trusts that
+function as the original harness did; a value longer than 64 KiB is compared
+by sha256 of its canonical form (exact, without the float tolerance); a
+program that mutates an argument in place is not seen by the test code.
 
 Not covered: languages other than Python, and the worker pool / timeout
 around this call (the verifier runtime owns that).
@@ -43,21 +72,31 @@ around this call (the verifier runtime owns that).
 from __future__ import annotations
 
 import json
-import math
 import re
 import secrets
 import time
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
 from rlvr.protocol import Verdict
+from rlvr.verify import code_tests
 from rlvr.verify.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
+
+_HERE = Path(__file__).resolve().parent
+_HARNESS = {
+    "driver.py": (_HERE / "code_driver.py").read_text(encoding="utf-8"),
+    "child.py": (_HERE / "code_child.py").read_text(encoding="utf-8"),
+    "wire.py": (_HERE / "code_wire.py").read_text(encoding="utf-8"),
+}
+_INLINE_BUDGET = 1 << 20  # bytes of return values the driver may record verbatim
 
 
 class IOCase(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     input: str
     output: str
+    testtype: Literal["stdin", "functional"] | None = None  # LiveCodeBench's own field
 
 
 class ArgsCase(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -85,8 +124,32 @@ class CallTests(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class CodeParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tests: list[IOCase] | CallTests
     mode: Literal["fraction", "all_or_nothing"] = "fraction"
-    setup: str = ""  # run before the program: MBPP test_setup_code / test_imports
+    setup: str = ""  # run before the program (and the test code): MBPP test_setup_code / test_imports
     language: Literal["python"] = "python"
+    # LeetCode / LiveCodeBench functional format: the ``tests`` list holds
+    # JSON-lines inputs and JSON outputs for ``Solution().<fn_name>``.
+    fn_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.fn_name is None:
+            if isinstance(self.tests, list) and any(c.testtype == "functional" for c in self.tests):
+                raise ValueError("functional test cases need fn_name")
+            return
+        if not self.fn_name.isidentifier():
+            raise ValueError(f"fn_name {self.fn_name!r} is not an identifier")
+        if not isinstance(self.tests, list):
+            raise ValueError("fn_name goes with a list of {input, output} cases, not call tests")
+        for i, case in enumerate(self.tests):
+            if case.testtype == "stdin":
+                raise ValueError(f"tests[{i}] is a stdin case but fn_name asks for functional ones")
+            try:
+                code_tests.functional_args(case.input)
+            except ValueError as e:
+                raise ValueError(f"tests[{i}].input: a line is not JSON ({e})") from None
+            try:
+                json.loads(case.output)
+            except ValueError as e:
+                raise ValueError(f"tests[{i}].output is not JSON ({e})") from None
 
 
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.DOTALL)
@@ -110,73 +173,31 @@ def extract_program(response: str) -> str:
     return response
 
 
-_RUNNER = r'''
-import copy, json, os, sys
-
-def main():
-    nonce = sys.stdin.readline().strip()
-    sys.stdin = open(os.devnull)
-    with open("tests.json") as f:
-        spec = json.load(f)
-    os.remove("tests.json")
-    pid = os.getpid()
-    chan = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # the program's prints go to stderr, never to the channel
-
-    def report(kind, i=-1, ok=False, info=""):
-        chan.write(nonce + " " + json.dumps([pid, kind, i, ok, info[:20000]]) + "\n")
-        chan.flush()
-
-    def plain(x):
-        return sorted(x, key=repr) if isinstance(x, (set, frozenset)) else repr(x)
-
-    report("start")
-    sys.modules["solution"] = type(sys)("solution")
-    ns = sys.modules["solution"].__dict__
-    try:
-        exec(compile(spec["setup"], "setup.py", "exec"), ns)
-        with open("solution.py") as f:
-            exec(compile(f.read(), "solution.py", "exec"), ns)
-        loaded = ""
-    except BaseException as e:
-        loaded = "program failed to load: %s: %s" % (type(e).__name__, e)
-    entry = spec["entry_point"]
-    if not loaded and not callable(ns.get(entry)):
-        loaded = "entry point %r not defined" % entry
-    for i, test in enumerate(spec["tests"]):
-        if loaded:
-            report("test", i, False, loaded)
-            continue
-        try:
-            if spec["kind"] == "asserts":
-                ns["candidate"] = ns[entry]
-                exec(compile(test, "test_%d.py" % i, "exec"), ns)
-                report("test", i, True)
-            elif spec["kind"] == "check":
-                exec(compile(test, "check.py", "exec"), ns)
-                ns["check"](ns[entry])
-                report("test", i, True)
-            else:
-                got = ns[entry](*copy.deepcopy(test["args"]), **copy.deepcopy(test["kwargs"]))
-                report("test", i, True, json.dumps(got, default=plain))
-        except BaseException as e:
-            report("test", i, False, "%s: %s" % (type(e).__name__, e))
-    report("done")
-
-main()
-'''
-
-
 def score_code(response: str, params: CodeParams, sandbox: Sandbox, limits: SandboxLimits) -> Verdict:
     t0 = time.monotonic()
     program = extract_program(response)
     if not program.strip():
         return _verdict(0, _count(params), "parse_error", params, program, t0, "no program in the response")
-    if isinstance(params.tests, list):
+    if isinstance(params.tests, list) and params.fn_name is None:
         passed, total, outcome, detail = _run_io(program, params, sandbox, limits)
     else:
-        passed, total, outcome, detail = _run_calls(program, params.tests, params.setup, sandbox, limits)
+        plan, entry = _plan(params)
+        passed, total, outcome, detail = _run_calls(program, plan, entry, params, sandbox, limits)
     return _verdict(passed, total, outcome, params, program, t0, detail)
+
+
+def _plan(params: CodeParams) -> tuple[code_tests.Plan, str]:
+    t = params.tests
+    if isinstance(t, list):
+        fn = params.fn_name or ""
+        cases = [(code_tests.functional_args(c.input), {}, json.loads(c.output)) for c in t]
+        return code_tests.plan_cases(fn, cases), fn
+    if t.check is not None:
+        return code_tests.plan_check(t.check), t.entry_point
+    if t.asserts is not None:
+        return code_tests.plan_asserts(t.asserts, t.entry_point), t.entry_point
+    cases = [(c.args, c.kwargs, c.expected) for c in t.cases or []]
+    return code_tests.plan_cases(t.entry_point, cases), t.entry_point
 
 
 def _count(params: CodeParams) -> int:
@@ -207,92 +228,57 @@ def _verdict(passed: int, total: int, outcome: str, params: CodeParams, program:
 def _run_io(program: str, params: CodeParams, sandbox: Sandbox, limits: SandboxLimits) -> tuple[int, int, str, str]:
     cases = params.tests
     assert isinstance(cases, list)
+    files = {"child.py": _HARNESS["child.py"], "setup.py": params.setup, "solution.py": program}
     passed, timed_out, first_fail = 0, False, ""
     for i, case in enumerate(cases):
-        res = sandbox.run({"solution.py": params.setup + "\n" + program}, ["python3", "-I", "solution.py"], case.input, limits)
+        res = sandbox.run(files, ["python3", "-I", "child.py", "--main"], case.input, limits)
         if res.error:
             return passed, len(cases), "sandbox_error", res.error
-        ok = res.exit_code == 0 and not res.timed_out and not res.output_truncated and _same_text(res.stdout, case.output)
+        ok = res.exit_code == 0 and not res.timed_out and not res.output_truncated and code_tests.same_text(res.stdout, case.output)
         passed += ok
         timed_out = timed_out or res.timed_out
         if not ok:
-            first_fail = first_fail or f"case {i}: {_why(res)}"
+            first_fail = first_fail or f"case {i}: {_why(res) if res.exit_code != 0 or res.timed_out else 'wrong output'}"
             if params.mode == "all_or_nothing":
                 break
     outcome = "ok" if passed == len(cases) else "timeout" if timed_out else "wrong"
     return passed, len(cases), outcome, first_fail
 
 
-def _run_calls(program: str, tests: CallTests, setup: str, sandbox: Sandbox, limits: SandboxLimits) -> tuple[int, int, str, str]:
-    if tests.check is not None:
-        kind, items = "check", [tests.check]
-    elif tests.asserts is not None:
-        kind, items = "asserts", list(tests.asserts)
-    else:
-        kind, items = "cases", [{"args": c.args, "kwargs": c.kwargs} for c in tests.cases or []]
-    spec = {"kind": kind, "entry_point": tests.entry_point, "setup": setup, "tests": items}
-    nonce = secrets.token_hex(16)
-    files = {"runner.py": _RUNNER, "solution.py": program, "tests.json": json.dumps(spec)}
-    res = sandbox.run(files, ["python3", "-I", "runner.py"], nonce + "\n", limits)
-    total = len(items)
+def _run_calls(
+    program: str, plan: code_tests.Plan, entry: str, params: CodeParams, sandbox: Sandbox, limits: SandboxLimits
+) -> tuple[int, int, str, str]:
+    total = len(plan.tests)
+    key = secrets.token_bytes(32)
+    spec = {"setup": params.setup, "entry": entry, "class_first": params.fn_name is not None,
+            "tests": plan.tests, "inline_budget": _INLINE_BUDGET, "output_cap": limits.output_bytes}
+    stdin = key.hex() + "\n" + json.dumps(spec)
+    # The run's stdout is the driver's alone (the candidate's prints go to a
+    # pipe the driver caps), so room for every record is safe to grant.
+    out_cap = max(limits.output_bytes, _INLINE_BUDGET + 2048 * (total + 4))
+    run_limits = msgspec.structs.replace(limits, output_bytes=out_cap)
+    files = {**_HARNESS, "solution.py": program}
+    res = sandbox.run(files, ["python3", "-I", "driver.py"], stdin, run_limits)
     if res.error:
         return 0, total, "sandbox_error", res.error
-    records = _records(res.stdout, nonce)
-    if records is None:
+    rec = code_tests.read_records(res.stdout, key)
+    if rec.fault:
+        return 0, total, "sandbox_error", rec.fault
+    if not rec.started:
         if res.timed_out:
             return 0, total, "timeout", _why(res)
-        return 0, total, "sandbox_error", f"the test runner never started: {_why(res)}"
+        return 0, total, "sandbox_error", f"the test driver never started: {_why(res)}"
     passed, first_fail = 0, ""
-    for i in range(total):
-        ok, info = records.get(i, (False, f"no result, the run ended first ({_why(res)})"))
-        if ok and kind == "cases":
-            ok = _same_value(json.loads(info), tests.cases[i].expected)  # type: ignore[index]
-            info = "" if ok else f"got {info[:200]}"
+    for i, expect in enumerate(plan.expects):
+        if i in rec.results:
+            ok, why = code_tests.judge(*rec.results[i], expect)
+        else:
+            ok, why = False, f"no result, the run ended first ({_why(res)})"
         passed += ok
         if not ok and not first_fail:
-            first_fail = f"test {i}: {info or _why(res)}"
+            first_fail = f"test {i}: {why}" + (f" | output: {rec.tail[:300]}" if rec.tail.strip() else "")
     outcome = "ok" if passed == total else "timeout" if res.timed_out else "wrong"
     return passed, total, outcome, first_fail
-
-
-def _records(stdout: str, nonce: str) -> dict[int, tuple[bool, str]] | None:
-    """Test index -> (passed, info) from the runner's records; None when the
-    runner never wrote its start record."""
-    pid, out = None, {}
-    for line in stdout.splitlines():
-        if not line.startswith(nonce + " "):
-            continue
-        try:
-            rpid, kind, i, ok, info = json.loads(line[len(nonce) + 1 :])
-        except (ValueError, TypeError):
-            continue
-        if kind == "start" and pid is None:
-            pid = rpid
-        elif kind == "test" and rpid == pid and isinstance(i, int) and i not in out:
-            out[i] = (ok is True, str(info))
-    return None if pid is None else out
-
-
-def _same_text(got: str, want: str) -> bool:
-    def norm(s: str) -> list[str]:
-        return [line.rstrip() for line in s.strip().splitlines()]
-
-    return norm(got) == norm(want)
-
-
-def _same_value(got: Any, want: Any) -> bool:
-    """JSON-level equality; numbers within 1e-6 relative (bools are not numbers)."""
-    if isinstance(want, bool) or isinstance(got, bool):
-        return type(got) is type(want) and got == want
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
-        if isinstance(want, int) and isinstance(got, int):
-            return got == want
-        return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)
-    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
-        return len(got) == len(want) and all(_same_value(g, w) for g, w in zip(got, want))
-    if isinstance(want, dict) and isinstance(got, dict):
-        return got.keys() == want.keys() and all(_same_value(got[k], want[k]) for k in want)
-    return type(got) is type(want) and got == want
 
 
 def _why(res: ExecutionResult) -> str:

@@ -1,6 +1,7 @@
 """Adversarial programs, one test per property (nanochat style). Each ends in
 a verdict within its limit, the calling process is unharmed, and no secret
-and no write escapes. Escape tests run under both bwrap and unshare."""
+and no write escapes. Escape tests run under bwrap, the local backend's
+isolation level."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ PARAMS = msgspec.convert({"tests": {"entry_point": "solve", "asserts": ["assert 
 SOLVE = "\ndef solve():\n    return 1\n"
 
 
-@pytest.fixture(scope="module", params=["bwrap", "unshare"])
+@pytest.fixture(scope="module", params=["bwrap"])
 def box(request):
     try:
         sb = make_sandbox("local", isolation=request.param)

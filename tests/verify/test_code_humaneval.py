@@ -14,7 +14,7 @@ import pytest
 from rlvr.verify.code import CodeParams, score_code
 from rlvr.verify.sandbox import SandboxLimits, make_sandbox
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+DATA = Path(__file__).resolve().parents[2] / "data" / "humaneval" / "HumanEval.jsonl.gz"
 LIMITS = SandboxLimits(wall_s=20.0, cpu_s=20)
 # Problems whose functions return ints, so "+1 on the result" must fail.
 OFF_BY_ONE = ["HumanEval/13", "HumanEval/24", "HumanEval/36", "HumanEval/39", "HumanEval/46",

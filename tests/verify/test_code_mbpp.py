@@ -15,7 +15,7 @@ import pytest
 from rlvr.verify.code import CodeParams, score_code
 from rlvr.verify.sandbox import SandboxLimits, make_sandbox
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "mbpp" / "sanitized-mbpp.json"
+DATA = Path(__file__).resolve().parents[2] / "data" / "mbpp" / "sanitized-mbpp.json"
 LIMITS = SandboxLimits(wall_s=20.0, cpu_s=20)
 
 

@@ -1,0 +1,501 @@
+"""Hostile programs, one test per attack class: each must score 0 (reward 0,
+outcome not ``ok``) in every format the attack applies to, on the local
+backend and on docker where an engine answers; honest programs score 1.
+
+Each program is written as an attacker who has read ``rlvr.verify.code``,
+``code_driver``, ``code_child`` and ``code_wire`` would write it: it goes
+after the record key, the expected values, the test code and the driver, and
+returns what it found (else a wrong answer, ``a - b``). Formats: literal
+asserts (compared outside), other asserts and HumanEval ``check`` (run in the
+driver process), LeetCode/LiveCodeBench ``fn_name`` cases, stdin/stdout.
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+import pytest
+
+from rlvr.verify.code import CodeParams, score_code
+from rlvr.verify.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
+
+LIMITS = SandboxLimits(wall_s=6.0, cpu_s=6, memory_mb=512, processes=32, output_bytes=65536)
+SLEEP_LIMITS = SandboxLimits(wall_s=1.5, cpu_s=2, memory_mb=512, processes=32)
+
+CHECK = '''import statistics
+
+def check(candidate):
+    assert candidate(2, 3) == 5
+    assert abs(candidate(0.5, 0.25) - 0.75) < 1e-9
+    assert statistics.mean([candidate(1, 1), candidate(3, 3)]) == 4
+'''
+FORMATS = {
+    "asserts": {"tests": {"entry_point": "add", "asserts": [
+        "assert add(2, 3) == 5", "assert add(10, -4) == 6", "assert add([1], [2, 3]) == [1, 2, 3]"]}},
+    "asserts_code": {"setup": "import fractions\nimport math", "tests": {"entry_point": "add", "asserts": [
+        "assert add(2, 3) == 2 + 3", "assert fractions.Fraction(add(1, 1)) == 2", "assert math.isclose(add(0.5, 0.25), 0.75)"]}},
+    "check": {"tests": {"entry_point": "add", "check": CHECK}},
+    "lcb": {"fn_name": "add", "tests": [
+        {"input": "2\n3", "output": "5"}, {"input": "10\n-4", "output": "6"}, {"input": "[1]\n[2, 3]", "output": "[1, 2, 3]"}]},
+    "stdin": {"tests": [{"input": "2 3\n", "output": "5\n"}, {"input": "10 -4\n", "output": "6\n"}]},
+}
+CALL_FORMATS = ("asserts", "asserts_code", "check", "lcb")
+# LeetCode form: the method forwards to the module-level function.
+SOLUTION = "\nclass Solution:\n    def add(self, a, b):\n        return add(a, b)\n"
+
+
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def box(request):
+    try:
+        if request.param == "docker":
+            sb = make_sandbox("docker", image=os.environ.get("RLVR_SANDBOX_IMAGE", "rlvr-sandbox:local"))
+        else:
+            sb = make_sandbox("local")
+    except SandboxUnavailableError as e:
+        pytest.skip(f"{request.param} backend SKIPPED: {e}")
+    yield sb
+    sb.close()
+
+
+def _score(box, fmt: str, program: str, limits: SandboxLimits = LIMITS):
+    params = msgspec.convert(FORMATS[fmt], CodeParams)
+    if fmt == "lcb":
+        program += SOLUTION
+    return score_code(f"```python\n{program}\n```", params, box, limits)
+
+
+def _all_zero(box, programs: dict[str, str], formats=CALL_FORMATS, limits: SandboxLimits = LIMITS) -> dict:
+    """{(format, variant): (outcome, reward, detail)} of every run that scored."""
+    scored = {}
+    for fmt in formats:
+        for name, program in programs.items():
+            v = _score(box, fmt, program, limits)
+            if v.reward != 0.0 or v.outcome == "ok":
+                scored[(fmt, name)] = (v.outcome, v.reward, v.detail)
+    return scored
+
+
+# -- honest programs score 1 ---------------------------------------------------------------
+
+HONEST = "def add(a, b):\n    return a + b\n"
+HONEST_LCB = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b\n"
+HONEST_STDIN = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def test_honest_programs_score_one(box):
+    for fmt in CALL_FORMATS:
+        v = score_code(f"```python\n{HONEST}\n```", msgspec.convert(FORMATS[fmt], CodeParams), box, LIMITS)
+        assert (fmt, v.outcome, v.reward) == (fmt, "ok", 1.0), v.detail
+    for fmt, program in (("lcb", HONEST_LCB), ("stdin", HONEST_STDIN)):
+        v = score_code(f"```python\n{program}\n```", msgspec.convert(FORMATS[fmt], CodeParams), box, LIMITS)
+        assert (fmt, v.outcome, v.reward) == (fmt, "ok", 1.0), v.detail
+
+
+# -- lying __eq__ / __hash__ / __bool__ ----------------------------------------------------
+
+LIARS = '''
+import numbers
+
+class Liar:
+    numerator, denominator = 2, 1
+    def __init__(self, *args): pass
+    def as_integer_ratio(self): return (4, 1)
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __hash__(self): return hash(5)
+    def __bool__(self): return True
+    def __lt__(self, other): return True
+    __le__ = __gt__ = __ge__ = __lt__
+    def __abs__(self): return 0
+    def __sub__(self, other): return self
+    __rsub__ = __add__ = __radd__ = __mul__ = __rmul__ = __truediv__ = __sub__
+    def __float__(self): return 0.0
+    def __int__(self): return 5
+    __index__ = __int__
+    def __iter__(self): return iter([5])
+    def __len__(self): return 1
+    def __repr__(self): return "5"
+
+numbers.Rational.register(Liar)
+
+class LyingInt(int):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = int.__hash__
+    def __bool__(self): return True
+
+class LyingList(list):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+
+class LyingStr(str):
+    def __eq__(self, other): return True
+    __hash__ = str.__hash__
+'''
+
+
+def test_lying_eq_hash_bool_objects_score_zero(box):
+    programs = {
+        "object": LIARS + "def add(a, b):\n    return Liar()\n",
+        "int_subclass": LIARS + "def add(a, b):\n    return LyingInt(a - b if isinstance(a, int) else 0)\n",
+        "list_subclass": LIARS + "def add(a, b):\n    return LyingList()\n",
+        "nested": LIARS + "def add(a, b):\n    return [Liar(), LyingStr('x')]\n",
+        "namedtuple_of_liars": LIARS + "import collections\nP = collections.namedtuple('P', 'x')\ndef add(a, b):\n    return P(Liar())\n",
+    }
+    assert _all_zero(box, programs) == {}
+
+
+# -- frame, traceback and gc walks ---------------------------------------------------------
+
+WALKER = r'''
+import gc, hashlib, hmac, inspect, json, os, re, sys
+
+FOUND = {"keys": [], "nonces": [], "values": {}, "tests": []}
+
+def _frames():
+    out = []
+    f = sys._getframe()
+    while f is not None:
+        out.append(f); f = f.f_back
+    for fr in sys._current_frames().values():
+        while fr is not None:
+            out.append(fr); fr = fr.f_back
+    try:
+        raise RuntimeError("walk")
+    except RuntimeError as e:
+        tb = e.__traceback__
+        while tb is not None:
+            fr = tb.tb_frame
+            while fr is not None:
+                out.append(fr); fr = fr.f_back
+            tb = tb.tb_next
+    return out
+
+def _look(o):
+    if isinstance(o, dict):
+        for k in ("expected", "output", "tests", "plan", "expects", "key", "check", "code"):
+            if k in o:
+                FOUND["tests"].append(o[k])
+    elif isinstance(o, (bytes, bytearray)) and len(o) == 32:
+        FOUND["keys"].append(bytes(o))
+    elif isinstance(o, str) and re.fullmatch(r"[0-9a-f]{64}", o):
+        FOUND["keys"].append(bytes.fromhex(o))
+    elif isinstance(o, str) and re.fullmatch(r"[0-9a-f]{32}", o):
+        FOUND["nonces"].append(o)
+    elif isinstance(o, str) and "==" in o:
+        for m in re.finditer(r"add\((-?\d+), (-?\d+)\) == (-?\d+)", o):
+            FOUND["values"][(int(m[1]), int(m[2]))] = int(m[3])
+
+def _walk():
+    frames = _frames()
+    for fr in frames:
+        _look(fr.f_locals); _look(fr.f_globals)
+        for v in list(fr.f_locals.values()):
+            _look(v)
+    for o in gc.get_objects():
+        try:
+            _look(o)
+        except Exception:
+            pass
+    # A reporting function of the harness within reach: report every test passed.
+    for o in gc.get_objects():
+        if inspect.isfunction(o) and o.__name__ in ("report", "send"):
+            for i in range(6):
+                try:
+                    o("test", i, True, "")
+                except Exception:
+                    pass
+
+def _forge():
+    lines = []
+    for key in FOUND["keys"][:300]:
+        for i in range(6):
+            for info in ("", {"value": "5"}, {"value": "6"}, {"value": "[1,2,3]"}):
+                body = json.dumps(["test", i, True, info], separators=(",", ":")).encode()
+                lines.append(hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b" " + body)
+            body = json.dumps(["start", -1, True, ""], separators=(",", ":")).encode()
+            lines.append(hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b" " + body)
+    for nonce in FOUND["nonces"][:300]:
+        for i in range(6):
+            lines.append((nonce + " " + json.dumps([os.getpid(), "test", i, True, ""])).encode())
+    blob = b"\n".join(lines) + b"\n"
+    # Every descriptor but the child's own call pipes (argv), which it keeps clean.
+    targets = [fd for fd in range(1, 20) if str(fd) not in sys.argv[1:]]
+    for p in ["/proc/1/fd/1", f"/proc/{os.getppid()}/fd/1", "/dev/stdout", "/proc/self/fd/1"]:
+        try:
+            targets.append(os.open(p, os.O_WRONLY))
+        except OSError:
+            pass
+    for fd in targets:
+        try:
+            os.write(fd, blob)
+        except OSError:
+            pass
+
+_walk()
+_forge()
+
+def add(a, b):
+    _walk()
+    _forge()
+    return FOUND["values"].get((a, b), a - b if not isinstance(a, list) else [])
+'''
+
+
+def test_frame_traceback_and_gc_walks_score_zero(box):
+    assert _all_zero(box, {"walker": WALKER}) == {}
+
+
+# -- patching builtins, AssertionError and the harness -------------------------------------
+
+WRONG = "def add(a, b):\n    return a - b if not isinstance(a, list) else []\n"
+PATCHES = {
+    # Test code that never runs raises nothing.
+    "exec": "import builtins\nbuiltins.exec = lambda *a, **k: None\n",
+    # A failed assert raises a type nobody reports as a failure.
+    "assertion_error": "import builtins\nclass Quiet(BaseException):\n    pass\nbuiltins.AssertionError = Quiet\n",
+    # abs(candidate(x) - y) < 1e-9 and math.isclose always hold.
+    "abs_isclose": "import builtins, math\nbuiltins.abs = lambda x: 0\nmath.isclose = lambda *a, **k: True\n",
+    # The child's reply: every answer claims success.
+    "reply": ("import json\n_dumps = json.dumps\n"
+              "json.dumps = lambda obj, *a, **k: _dumps({'ok': True, 'value': True, 'loaded': True, 'names': ['add']})\n"),
+    # The harness on disk: whoever reads it next gets a harness that passes everything.
+    "files": ("import os\nfor name in os.listdir('.'):\n    if name.endswith('.py') and name != 'solution.py':\n"
+              "        try:\n            open(name, 'w').write('import sys\\nprint(sys.argv)\\n')\n"
+              "        except OSError:\n            pass\n"),
+}
+
+
+def test_patching_builtins_and_the_harness_scores_zero(box):
+    assert _all_zero(box, {name: patch + WRONG for name, patch in PATCHES.items()}) == {}
+    stdin = {name: patch + "a, b = map(int, input().split())\nprint(a - b)\n" for name, patch in PATCHES.items()}
+    assert _all_zero(box, stdin, formats=("stdin",)) == {}
+
+
+# -- stripping asserts ---------------------------------------------------------------------
+
+STRIPPER = r'''
+import builtins, ctypes, os, sys
+
+os.environ["PYTHONOPTIMIZE"] = "2"
+try:
+    ctypes.c_int.in_dll(ctypes.pythonapi, "Py_OptimizeFlag").value = 2
+except Exception:
+    pass
+_compile = compile
+def _stripping(source, filename, mode, flags=0, dont_inherit=False, optimize=-1, **kw):
+    return _compile(source, filename, mode, flags, dont_inherit, 2)
+builtins.compile = _stripping
+# Rewrite the driver on disk to strip asserts for any later reader.
+for name in ("driver.py", "child.py"):
+    try:
+        text = open(name).read().replace("optimize=0", "optimize=2")
+        open(name, "w").write(text)
+    except OSError:
+        pass
+
+def add(a, b):
+    return a - b if not isinstance(a, list) else []
+'''
+
+
+def test_stripping_asserts_scores_zero(box):
+    assert _all_zero(box, {"stripper": STRIPPER}, formats=("asserts", "asserts_code", "check")) == {}
+
+
+# -- sys.modules poisoning -----------------------------------------------------------------
+
+# What a planted module does when imported: report every test passed through
+# whatever reporting function is on the stack or in memory, then exit.
+POISON = r'''
+import gc, inspect, os, sys
+_f = sys._getframe()
+_reporters = []
+while _f is not None:
+    for v in list(_f.f_locals.values()) + list(_f.f_globals.values()):
+        if inspect.isfunction(v) and v.__name__ in ("report", "send"):
+            _reporters.append(v)
+        if hasattr(v, "send") and hasattr(v, "_key"):
+            _reporters.append(v.send)
+    _f = _f.f_back
+for _r in _reporters:
+    for _i in range(6):
+        try:
+            _r("test", _i, True, "")
+        except Exception:
+            pass
+if _reporters:
+    os._exit(0)
+def mean(xs): return 4
+def isclose(*a, **k): return True
+class Fraction(int):
+    def __eq__(self, other): return True
+'''
+POISONER = r'''
+import os, sys, types
+POISON = %r
+for name in ("math", "json", "hmac", "hashlib", "statistics", "fractions", "random", "copy"):
+    fake = types.ModuleType(name)
+    exec(POISON, fake.__dict__)
+    sys.modules[name] = fake
+for d in (".", "/tmp", os.environ.get("HOME", "."), "/work"):
+    for name in ("statistics", "fractions", "json", "hmac", "hashlib", "random", "copy", "numbers", "decimal"):
+        try:
+            with open(os.path.join(d, name + ".py"), "w") as f:
+                f.write(POISON)
+        except OSError:
+            pass
+
+def add(a, b):
+    return a - b if not type(a) is list else []
+''' % POISON
+
+
+def test_sys_modules_poisoning_scores_zero(box):
+    assert _all_zero(box, {"poisoner": POISONER}) == {}
+
+
+# -- printing fake records ------------------------------------------------------------------
+
+FAKER = r'''
+import hashlib, hmac, json, os, sys
+
+def _lines():
+    keys = [b"", b"\0" * 32, b"key"]
+    for p in ("/proc/%d/cmdline" % os.getppid(), "/proc/%d/environ" % os.getppid(), "/proc/self/environ"):
+        try:
+            keys.append(open(p, "rb").read()[:32])
+        except OSError:
+            pass
+    out = []
+    for key in keys:
+        for kind, i, info in [("start", -1, "")] + [("test", i, v) for i in range(6) for v in ("", {"value": "5"})] + [("done", -1, "")]:
+            body = json.dumps([kind, i, True, info], separators=(",", ":"))
+            out.append(hmac.new(key, body.encode(), hashlib.sha256).hexdigest() + " " + body)
+            out.append("x " + json.dumps([os.getpid(), kind, i, True, ""]))
+    return "\n".join(out) + "\n"
+
+FAKE = _lines()
+for write in (sys.stdout.write, sys.stderr.write, sys.__stdout__.write):
+    try:
+        write(FAKE); sys.stdout.flush()
+    except Exception:
+        pass
+for p in ("/proc/1/fd/1", "/proc/%d/fd/1" % os.getppid(), "/dev/stdout", "/dev/tty"):
+    try:
+        fd = os.open(p, os.O_WRONLY)
+        os.write(fd, FAKE.encode())
+    except OSError:
+        pass
+
+def add(a, b):
+    print(FAKE)
+    return a - b if not isinstance(a, list) else []
+'''
+FAKER_STDIN = FAKER + "a, b = map(int, input().split())\nprint(FAKE)\nprint(a - b)\n"
+
+
+def test_printed_fake_records_score_zero(box):
+    assert _all_zero(box, {"faker": FAKER}) == {}
+    assert _all_zero(box, {"faker": FAKER_STDIN}, formats=("stdin",)) == {}
+
+
+# -- sys.exit / os._exit ---------------------------------------------------------------------
+
+
+def test_exiting_at_import_or_in_the_call_scores_zero(box):
+    programs = {
+        "sys_exit_import": "import sys\nsys.exit(0)\n" + WRONG,
+        "os_exit_import": "import os\nos._exit(0)\n" + WRONG,
+        "sys_exit_call": "import sys\ndef add(a, b):\n    sys.exit(0)\n",
+        "os_exit_call": "import os\ndef add(a, b):\n    os._exit(0)\n",
+        "kill_parent_then_exit": "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n    os._exit(0)\n",
+        "kill_self": "import os, signal\ndef add(a, b):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+    }
+    assert _all_zero(box, programs) == {}
+    stdin = {"sys_exit": "import sys\nsys.exit(0)\n", "os_exit": "import os\nos._exit(0)\n"}
+    assert _all_zero(box, stdin, formats=("stdin",)) == {}
+
+
+# -- reading files to hard-code answers -------------------------------------------------------
+
+READER = r'''
+import json, os, re, sys
+
+TEXT = []
+def _read(path, limit=1 << 20):
+    try:  # non-blocking: a pipe reached through /proc must not hang the attack
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            TEXT.append(os.read(fd, limit).decode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        pass
+
+for root in (".", "/work", "/tmp", "..", os.environ.get("HOME", "."), "/dev/shm", "/run", "/var/tmp"):
+    for dirpath, dirs, files in os.walk(root):
+        for name in files[:200]:
+            _read(os.path.join(dirpath, name))
+        if os.path.abspath(dirpath).count("/") >= 3:
+            dirs[:] = []
+        dirs[:] = [d for d in dirs if d not in ("usr", "proc", "sys", "lib", "lib64", "bin", "sbin")]
+for pid in os.listdir("/proc"):
+    if pid.isdigit() or pid == "self":
+        for part in ("cmdline", "environ", "fd/0", "fd/1", "fd/3", "fd/4", "fd/5", "mem"):
+            _read(f"/proc/{pid}/{part}", 1 << 16)
+try:
+    TEXT.append(os.read(0, 1 << 20).decode("utf-8", "replace"))
+except OSError:
+    pass
+BLOB = "\n".join(TEXT)
+VALUES = {}
+for m in re.finditer(r"add\((-?\d+), (-?\d+)\) == (-?\d+)", BLOB):
+    VALUES[(int(m[1]), int(m[2]))] = int(m[3])
+for m in re.finditer(r'"input": "(-?\d+)\\n(-?\d+)", "output": "(-?\d+)"', BLOB):
+    VALUES[(int(m[1]), int(m[2]))] = int(m[3])
+for m in re.finditer(r'"(-?\d+) (-?\d+)\\n", "output": "(-?\d+)', BLOB):
+    VALUES[(int(m[1]), int(m[2]))] = int(m[3])
+
+def add(a, b):
+    if isinstance(a, list):
+        return []
+    return VALUES.get((a, b), a - b)
+'''
+READER_STDIN = READER + "a, b = map(int, input().split())\nprint(add(a, b))\n"
+
+
+def test_reading_files_in_the_sandbox_scores_zero(box):
+    assert _all_zero(box, {"reader": READER}) == {}
+    assert _all_zero(box, {"reader": READER_STDIN}, formats=("stdin",)) == {}
+
+
+# -- BaseException subclasses ------------------------------------------------------------------
+
+
+def test_raising_base_exceptions_scores_zero(box):
+    programs = {}
+    for exc in ("KeyboardInterrupt", "SystemExit", "GeneratorExit", "Custom"):
+        custom = "class Custom(BaseException):\n    pass\n"
+        programs[f"{exc}_import"] = custom + f"raise {exc}()\n" + WRONG
+        programs[f"{exc}_call"] = custom + f"def add(a, b):\n    raise {exc}()\n"
+    programs["raise_in_generator_result"] = (
+        "def add(a, b):\n    def g():\n        raise KeyboardInterrupt\n        yield 5\n    return g()\n")
+    assert _all_zero(box, programs) == {}
+    stdin = {"KeyboardInterrupt": "raise KeyboardInterrupt\n", "Custom": "class C(BaseException):\n    pass\nraise C()\n"}
+    assert _all_zero(box, stdin, formats=("stdin",)) == {}
+
+
+# -- sleeping out the timeout ------------------------------------------------------------------
+
+
+def test_sleeping_out_the_timeout_scores_zero(box):
+    runs = [("asserts", "import time\ntime.sleep(3600)\n" + WRONG)]  # at import
+    runs += [(fmt, "import time\ndef add(a, b):\n    time.sleep(3600)\n") for fmt in CALL_FORMATS]
+    runs += [("check", "import os, signal, time\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGSTOP)\n    time.sleep(3600)\n")]
+    for fmt, program in runs:
+        v = _score(box, fmt, program, SLEEP_LIMITS)
+        assert (fmt, v.outcome, v.reward) == (fmt, "timeout", 0.0), (program, v.detail)
+    v = _score(box, "stdin", "import time\ntime.sleep(3600)\n", SLEEP_LIMITS)
+    assert (v.outcome, v.reward) == ("timeout", 0.0)
