@@ -172,6 +172,7 @@ class Consumer(Generic[T]):
         task_id_of: Callable[[T], str | None] = lambda _: None,
         start_seq: int | None = None,
         validate: Callable[[T], None] = check_message,
+        poison_after: int | None = None,
     ) -> None:
         self.bus = bus
         self.cd = cd
@@ -185,8 +186,9 @@ class Consumer(Generic[T]):
         self.stats = ConsumerStats()
         # Poison threshold: the last allowed delivery must always settle the
         # message, or a message that keeps killing its holder stays stuck.
-        self.poison_after = max(1, min(bus.cfg.poison_after, cd.max_deliver))
-        self.unsettled_limit = max(1, min(bus.cfg.poison_after, cd.max_deliver - 1))
+        n = bus.cfg.poison_after if poison_after is None else poison_after
+        self.poison_after = max(1, min(n, cd.max_deliver))
+        self.unsettled_limit = max(1, min(n, cd.max_deliver - 1))
         self._digests = _Lru(_REMEMBERED)  # Nats-Msg-Id -> digest of the data
         self._returned = _Lru(_REMEMBERED)  # stream seqs this consumer gave back (nak/hold)
         self._backoff_max_s = max(0.1, min(30.0, bus.cfg.ack_wait_s / 3))
