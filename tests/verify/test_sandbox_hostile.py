@@ -34,7 +34,7 @@ def target(request):
 
 
 @pytest.fixture
-def planted(tmp_path_factory):
+def planted():
     """A world-writable host dir outside /tmp, and a world-readable file in it
     that stands in for a pod's service-account token."""
     root = Path(tempfile.mkdtemp(prefix="rlvr-hostile-", dir="/var/tmp"))

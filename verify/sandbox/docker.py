@@ -165,8 +165,8 @@ class DockerSandbox:
             raw.close()
             sock.close()
         killed = timed_out or truncated
+        code = None if killed else _exit_code(api, exec_id)  # before clean-up, which may remove the container
         oom = self._clean(container, work)
-        code = None if killed else api.exec_inspect(exec_id).get("ExitCode")
         wall = time.monotonic() - t0
         if not out.startswith(_MARK):
             return ExecutionResult(code, "", err.decode(errors="replace"), False, False, False, wall, error=f"sandbox setup failed (docker): {err.decode(errors='replace')[-500:]}")
@@ -224,6 +224,13 @@ class DockerSandbox:
         hit = self._ooms >= 0 and ooms > self._ooms
         self._ooms = ooms
         return hit
+
+
+def _exit_code(api: Any, exec_id: str) -> int | None:
+    try:
+        return api.exec_inspect(exec_id).get("ExitCode")
+    except Exception:  # the container went away (e.g. removed after a failed clean-up)
+        return None
 
 
 def _pump(sock: socket.socket, data: bytes, limits: SandboxLimits, deadline: float) -> tuple[bytes, bytes, bool, bool]:

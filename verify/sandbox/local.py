@@ -24,7 +24,9 @@ picked silently, see ``rlvr.verify.sandbox.levels`` for ``auto``):
 
 Always: the trusted prelude (``prelude.py``, run by the sandbox's interpreter)
 writes the files, sets rlimits (CPU, address space, file size, open files,
-processes, no core) from inside the namespaces, replaces the environment with
+processes, no core) from inside the namespaces, applies Landlock where the
+kernel has it (under bwrap too: the program cannot ptrace or signal bwrap's
+pid 1), replaces the environment with
 a fixed one (PATH, HOME, LANG, TMPDIR, PYTHON* flags) and prints a per-run
 marker just before it ``exec``s the program, so a sandbox failure
 (``error``) is told from a program that failed: the program starts after the

@@ -12,10 +12,13 @@ bwrap), and does, in order:
    (processes are counted per user namespace and uid), which works for a
    non-root verifier too; set outside, it would count every process the
    verifier's uid owns;
-4. at level ``none`` only, confine itself with Landlock (see
-   ``landlock_restrict``): read-only system dirs, read-write work dir, no TCP
-   bind or connect, no signals or abstract unix sockets beyond its own
-   domain, no ptrace of (or ``/proc/<pid>/environ`` of) any outside process;
+4. confine itself with Landlock where the kernel has it (see
+   ``landlock_restrict``; the rules come in the header): at level ``none``
+   read-only system dirs and a read-write work dir; under bwrap, writes only
+   to ``/work``, ``/tmp`` and ``/dev/shm``. Either way: no TCP bind or
+   connect, no signals or abstract unix sockets beyond its own domain, and no
+   ptrace of (or ``/proc/<pid>/environ`` of) any process outside it, bwrap's
+   own pid 1 included;
 5. replace the environment, print the run's marker on stdout and ``execv``
    the program. An exec failure exits 127 (like ``sh``), a program failure.
 
