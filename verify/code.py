@@ -258,7 +258,7 @@ def _run_calls(
     out_cap = max(limits.output_bytes, _INLINE_BUDGET + 2048 * (total + 4))
     run_limits = msgspec.structs.replace(limits, output_bytes=out_cap)
     files = {**_HARNESS, "solution.py": program}
-    res = sandbox.run(files, ["python3", "-I", "driver.py"], stdin, run_limits)
+    res = sandbox.run(files, ["python3", "-I", "-S", "driver.py"], stdin, run_limits)
     if res.error:
         return 0, total, "sandbox_error", res.error
     rec = code_tests.read_records(res.stdout, key)

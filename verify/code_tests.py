@@ -111,18 +111,28 @@ def parse_assert(source: str, entry: str) -> tuple[dict, Expect] | None:
     return None
 
 
+def code_test(source: str, check: bool = False) -> dict:
+    """A test that runs as code in the driver, with the names it uses (the
+    driver binds those the program defines to calls into the candidate)."""
+    try:
+        names = sorted({n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)})
+    except (SyntaxError, ValueError):
+        names = []  # the driver reports the syntax error as the test's failure
+    return {"code": source, "check": check, "names": names}
+
+
 def plan_asserts(asserts: list[str], entry: str) -> Plan:
     tests, expects = [], []
     for source in asserts:
         parsed = parse_assert(source, entry)
-        test, expect = parsed if parsed else ({"code": source}, Expect("code"))
+        test, expect = parsed if parsed else (code_test(source), Expect("code"))
         tests.append(test)
         expects.append(expect)
     return Plan(tests, expects)
 
 
 def plan_check(check: str) -> Plan:
-    return Plan([{"code": check, "check": True}], [Expect("code")])
+    return Plan([code_test(check, check=True)], [Expect("code")])
 
 
 def plan_cases(fn: str, cases: list[tuple[list, dict, Any]]) -> Plan:
@@ -250,6 +260,7 @@ __all__ = [
     "Plan",
     "Records",
     "call_test",
+    "code_test",
     "functional_args",
     "judge",
     "parse_assert",
