@@ -224,16 +224,6 @@ class Bus:
         kv = await self.js.key_value(self.names.kv_bucket)
         await kv.put(key, value)
 
-    async def kv_get(self, key: str) -> bytes | None:
-        kv = await self.js.key_value(self.names.kv_bucket)
-        try:
-            entry = await kv.get(key)
-        except Exception as e:  # KeyNotFoundError / KeyDeletedError
-            if type(e).__name__.startswith("Key"):
-                return None
-            raise
-        return entry.value
-
 
 # Room left in a dead letter for its own fields next to a copied payload.
 _LETTER_OVERHEAD = 8 * 1024

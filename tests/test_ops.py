@@ -5,11 +5,17 @@
 - every ``ops/nats/**/*.conf`` passes ``nats-server -c FILE -t`` (the
   server's own config test), and so does the NATS config inside the
   Kubernetes ConfigMap;
-- ``auth-tls.conf`` is tested with certificates made on the spot by openssl,
-  and then served: each role's user runs the actors' own start-up code
-  (``Bus.connect``, ``ensure_topology``, its durable pull consumer) over TLS,
-  and is refused the subjects of the other roles;
-- the run config inside the Kubernetes ConfigMap decodes as a valid Config.
+- ``auth-tls.conf`` + ``accounts.conf`` are rendered by ``ops/gen-secrets.sh``
+  (certificates from openssl, a password per role) and then served: each
+  role's user runs the actors' own start-up code over TLS (the learner's
+  ``ensure_topology``, the others' ``check_topology`` and durable binding)
+  and its traffic; the full permission matrix is
+  ``tests/actors/test_auth_matrix.py``;
+- compose and k8s run NATS with that config, TLS and per-role users by
+  default, give each role only its own password, and compose publishes no
+  port beyond loopback unless ``RLVR_BIND`` says so;
+- the run configs inside the Kubernetes ConfigMap and ``ops/compose/run.toml``
+  decode as valid Configs.
 
 What it does not cover: nothing here runs Docker or a Kubernetes API server.
 """
@@ -18,12 +24,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -31,13 +34,6 @@ import pytest
 
 OPS = Path(__file__).resolve().parents[1] / "ops"
 NATS_SERVER = Path(sys.executable).parent / "nats-server"
-PASSWORDS = {
-    "RLVR_LEARN_PASSWORD": "learn-secret",
-    "RLVR_ROLLOUT_PASSWORD": "rollout-secret",
-    "RLVR_VERIFY_PASSWORD": "verify-secret",
-    "RLVR_OPS_PASSWORD": "ops-secret",
-    "NATS_SYS_PASSWORD": "sys-secret",
-}
 
 try:
     import yaml
@@ -107,7 +103,19 @@ def test_k8s_run_config_is_a_valid_run_config(tmp_path: Path) -> None:
     path.write_text(doc["data"]["run.toml"])
     cfg = load_config(path)
     assert cfg.bus.replicas == 3  # the R3 cluster of nats.yaml
-    assert cfg.nats.url == "nats://nats.rlvr:4222"
+    assert cfg.nats.url == "tls://nats.rlvr:4222"
+    verify = cfg.nats.for_role("verify")
+    assert (verify.user, verify.password_file) == ("verify", "/run/secrets/rlvr/verify.password")
+    # Each role pod mounts exactly its own password and the CA there, and no API token.
+    for role, name in (("learn", "learner"), ("rollout", "rollout"), ("verify", "verify")):
+        doc = next(d for d in yaml.safe_load_all((OPS / "k8s" / f"{name}.yaml").read_text())
+                   if d["kind"] in ("Deployment", "StatefulSet"))
+        pod = doc["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        (auth,) = [v for v in pod["volumes"] if v["name"] == "nats-auth"]
+        assert {i["key"] for i in auth["secret"]["items"]} == {f"{role}.password", "ca.pem"}
+        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["nats-auth"] == "/run/secrets/rlvr"
 
 
 @needs_yaml
@@ -117,6 +125,20 @@ def test_compose_file_has_every_service() -> None:
     assert {"nats", "learner", "rollout", "verify", "otel-collector"} <= services.keys()
     assert services["nats"]["image"].startswith("nats:2.10")
     assert "-js" in services["nats"]["command"]
+    # NATS with TLS and per-role users by default (gen-secrets.sh's files)...
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in services["nats"]["volumes"] if v.startswith("../")}
+    assert mounts["/etc/nats/nats.conf"] == "../secrets/nats.conf" and "/etc/nats/accounts.conf" in mounts
+    assert services["nats"]["env_file"] == "../secrets/nats.env"
+    # ...each role with only its own password and the CA, dialling TLS...
+    for role, name in (("learn", "learner"), ("rollout", "rollout"), ("verify", "verify"), ("ops", "status")):
+        assert {s["target"] for s in services[name]["secrets"]} == {f"rlvr/{role}.password", "rlvr/ca.pem"}
+        assert "tls://nats:4222" in services[name]["command"]
+    assert set(compose["secrets"]) == {"learn_password", "rollout_password", "verify_password", "ops_password", "nats_ca"}
+    # ...and no port published beyond loopback unless the user opts in (RLVR_BIND).
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            host = port.rsplit(":", 2)[0]
+            assert host in ("127.0.0.1", "${RLVR_BIND:-127.0.0.1}"), (name, port)
     assert services["verify"]["deploy"]["replicas"] == 2
     assert services["verify"]["build"]["target"] == "verify"
     assert services["learner"]["build"]["target"] == "full"
@@ -151,7 +173,9 @@ def test_grafana_dashboard_is_json_with_the_expected_panels() -> None:
 
 
 def _plain_nats_confs() -> list[Path]:
-    return sorted(p for p in (OPS / "nats").rglob("*.conf") if p.name != "auth-tls.conf")
+    # auth-tls.conf (and the accounts.conf it includes) need certificates and
+    # passwords: tested below with the files gen-secrets.sh makes.
+    return sorted(p for p in (OPS / "nats").rglob("*.conf") if p.name not in ("auth-tls.conf", "accounts.conf"))
 
 
 @pytest.mark.parametrize("path", _plain_nats_confs(), ids=lambda p: str(p.relative_to(OPS)))
@@ -164,10 +188,15 @@ def test_nats_conf_is_accepted_by_nats_server(path: Path) -> None:
 def test_nats_conf_in_k8s_configmap_is_accepted(tmp_path: Path) -> None:
     docs = list(yaml.safe_load_all((OPS / "k8s" / "nats.yaml").read_text()))
     conf = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["nats.conf"]
-    path = tmp_path / "nats.conf"
-    path.write_text(conf)
-    out = _conf_test(path, {"POD_NAME": "nats-0"})
+    secrets = _gen_secrets(tmp_path / "secrets", "gsm8k-dapo")
+    (tmp_path / "auth").mkdir()
+    (tmp_path / "auth" / "accounts.conf").write_bytes((secrets / "accounts.conf").read_bytes())
+    assert "/etc/nats/auth/" in conf and 'include "auth/accounts.conf"' in conf
+    path = tmp_path / "nats.conf"  # the Secret is mounted at auth/ beside it
+    path.write_text(conf.replace("/etc/nats/auth/", f"{secrets}/"))
+    out = _conf_test(path, {"POD_NAME": "nats-0", **_env(secrets)})
     assert out.returncode == 0, out.stdout + out.stderr
+    assert 'RUN_gsm8k-dapo' in (tmp_path / "auth" / "accounts.conf").read_text()
 
 
 def test_nats_conf_test_flag_rejects_a_bad_file(tmp_path: Path) -> None:
@@ -177,156 +206,120 @@ def test_nats_conf_test_flag_rejects_a_bad_file(tmp_path: Path) -> None:
     assert _conf_test(bad).returncode != 0
 
 
-# --- auth-tls.conf: certificates from openssl, then a live server ------------------
-EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")  # fast to generate
+# --- auth-tls.conf + accounts.conf, rendered by gen-secrets.sh, then a live server ----
 
 
-@pytest.fixture(scope="module")
-def tls_conf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp_path = tmp_path_factory.mktemp("tls")
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed: auth-tls.conf needs real certificate files to be checked")
-    certs = tmp_path / "certs"
-    certs.mkdir()
-
-    def ssl(*args: str) -> None:
-        subprocess.run([openssl, *args], cwd=certs, check=True, capture_output=True, timeout=60)
-
-    ssl("req", "-x509", *EC_KEY, "-nodes", "-days", "2", "-subj", "/CN=rlvr-test-ca",
-        "-keyout", "ca-key.pem", "-out", "ca.pem")
-    ssl("req", *EC_KEY, "-nodes", "-subj", "/CN=localhost",
-        "-keyout", "server-key.pem", "-out", "server.csr")
-    (certs / "san.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
-        "-days", "2", "-extfile", "san.cnf", "-out", "server-cert.pem")
-    text = (OPS / "nats" / "auth-tls.conf").read_text()
-    assert "/etc/nats/certs/" in text and "store_dir: /data/nats" in text
-    text = text.replace("/etc/nats/certs/", f"{certs}/").replace("store_dir: /data/nats", f"store_dir: {tmp_path / 'js'}")
-    path = tmp_path / "auth-tls.conf"
-    path.write_text(text)
-    return path
+def _gen_secrets(out: Path, run: str = "demo") -> Path:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed: gen-secrets.sh cannot make certificates")
+    subprocess.run(["sh", str(OPS / "gen-secrets.sh"), "-r", run, "-o", str(out), "-c", str(out)],
+                   check=True, capture_output=True, timeout=60)
+    return out
 
 
-def test_auth_tls_conf_is_accepted_with_real_certificates(tls_conf: Path) -> None:
-    out = _conf_test(tls_conf, PASSWORDS)
-    assert out.returncode == 0, out.stdout + out.stderr
+def _env(secrets: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in (secrets / "nats.env").read_text().split())
 
 
-def test_auth_tls_conf_refuses_to_load_without_its_passwords(tls_conf: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in PASSWORDS}
-    out = subprocess.run([str(NATS_SERVER), "-c", str(tls_conf), "-t"], capture_output=True, text=True, timeout=30, env=env)
+def test_compose_run_config_is_the_gpu_example_plus_the_role_logins() -> None:
+    import msgspec
+
+    from rlvr.actors.config import NatsConfig
+
+    ours = msgspec.toml.decode((OPS / "compose" / "run.toml").read_bytes())
+    example = msgspec.toml.decode((OPS.parent / "examples" / "gpu_qwen.toml").read_bytes())
+    nats = msgspec.convert(ours.pop("nats"), NatsConfig)
+    assert ours == example
+    assert nats.url == "tls://nats:4222" and nats.for_role("learn").password_file == "/run/secrets/rlvr/learn.password"
+
+
+def test_gen_secrets_makes_private_files_and_a_config_scoped_to_its_run(tmp_path: Path) -> None:
+    secrets = _gen_secrets(tmp_path / "s", "my-run_2")
+    for name in ("learn.password", "rollout.password", "verify.password", "ops.password", "nats.env",
+                 "ca-key.pem", "server-key.pem"):
+        assert (secrets / name).stat().st_mode & 0o077 == 0, name
+    passwords = {(secrets / f"{r}.password").read_text().strip() for r in ("learn", "rollout", "verify", "ops")}
+    assert len(passwords) == 4 and all(len(p) == 64 for p in passwords)
+    accounts = (secrets / "accounts.conf").read_text()
+    assert "rlvr.my-run_2.tasks" in accounts and "RLVR_my-run_2_SCORED" in accounts and "demo" not in accounts
+    assert not any(p in accounts + (secrets / "nats.conf").read_text() for p in passwords)
+    again = subprocess.run(["sh", str(OPS / "gen-secrets.sh"), "-o", str(secrets)], capture_output=True, text=True)
+    assert again.returncode == 1 and "-f replaces them" in again.stderr  # never overwrites by accident
+    bad = subprocess.run(["sh", str(OPS / "gen-secrets.sh"), "-r", "a.b", "-o", str(tmp_path / "x")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "run id 'a.b'" in bad.stderr
+
+
+def test_auth_tls_conf_is_accepted_with_its_secrets_and_refused_without_them(tmp_path: Path) -> None:
+    secrets = _gen_secrets(tmp_path / "s")
+    conf = secrets / "nats.conf"
+    assert _conf_test(conf, _env(secrets)).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLVR_")}
+    out = subprocess.run([str(NATS_SERVER), "-c", str(conf), "-t"], capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode != 0
 
 
-@pytest.fixture
-def tls_server(tls_conf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    log_path = tmp_path / "nats.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [str(NATS_SERVER), "-c", str(tls_conf), "-a", "127.0.0.1", "-p", "-1", "-m", "-1"],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **PASSWORDS}, start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 15
-        while "Server is ready" not in (text := log_path.read_text(errors="replace")):
-            assert proc.poll() is None, f"nats-server exited:\n{text}"
-            assert time.monotonic() < deadline, f"nats-server not ready:\n{text}"
-            time.sleep(0.02)
-        port = int(re.search(r"client connections on [^:\s]+:(\d+)", text).group(1))
-        # The roles trust the CA the way the README says: SSL_CERT_FILE.
-        monkeypatch.setenv("SSL_CERT_FILE", str(tls_conf.parent / "certs" / "ca.pem"))
-        yield port
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(10)
+def test_the_shipped_users_run_each_role_s_start_up_and_traffic_over_tls(tmp_path: Path) -> None:
+    from nats.js import api as js_api
 
-
-async def _bus(port: int, user: str):
     from rlvr.actors.bus import Bus
     from rlvr.actors.config import BusConfig, NatsConfig
     from rlvr.protocol import RunNames
+    from tests.actors.natsauth import AuthServer
 
-    password = PASSWORDS[f"RLVR_{user.upper()}_PASSWORD"]
-    nats_cfg = NatsConfig(url=f"tls://{user}:{password}@127.0.0.1:{port}", connect_timeout_s=5, request_timeout_s=3)
-    bus = await Bus.connect(nats_cfg, BusConfig(), RunNames("demo"), f"{user}-test")
-    await bus.ensure_topology()  # every role runs this at start-up
-    return bus
+    with AuthServer(tmp_path, "demo") as server:
 
+        async def bus(role: str) -> Bus:
+            cfg = NatsConfig(**server.nats_section(request_timeout_s=3.0)).for_role(role)
+            b = await Bus.connect(cfg, BusConfig(), RunNames("demo"), f"{role}-test")
+            if role == "learn":
+                await b.ensure_topology()  # the owner
+            else:
+                await b.check_topology(role)  # everyone else: look, never touch
+            return b
 
-async def _refused(port: int, user: str, subject: str) -> str:
-    """Publish on ``subject`` as ``user``; the server's permissions error, as text."""
-    import nats
+        async def scenario() -> None:
+            learn, rollout, verify = await bus("learn"), await bus("rollout"), await bus("verify")
+            names = learn.names
+            try:
+                learn_sub = await learn.pull_subscription(learn.consumer_def("learn"))
+                await learn.js.publish(names.tasks, b"task", headers={"Nats-Msg-Id": "t1"})
+                store = await learn.js.object_store(names.weights_bucket)
+                await store.put("v1/model.safetensors", b"w" * 300_000)  # several 128 KiB chunks
+                await learn.js.publish(names.weights, b"announcement")
+                await learn.kv_put("policy_version", b"1")
 
-    errors: list[Exception] = []
-    got = anyio.Event()
+                # rollout: pull a task, in_progress + ack, publish a sample, read the weights
+                tasks = await rollout.pull_subscription(rollout.consumer_def("rollout"))
+                (task,) = await tasks.fetch(1, timeout=3)
+                await task.in_progress()
+                await task.ack_sync()
+                await rollout.js.publish(names.rollouts, b"sample", headers={"Nats-Msg-Id": "t1/0"})
+                watch = await rollout.js.subscribe(
+                    names.weights, ordered_consumer=True, deliver_policy=js_api.DeliverPolicy.LAST_PER_SUBJECT
+                )
+                assert (await watch.next_msg(timeout=3)).data == b"announcement"
+                blob = await (await rollout.js.object_store(names.weights_bucket)).get("v1/model.safetensors")
+                assert len(blob.data) == 300_000
 
-    async def on_error(e: Exception) -> None:
-        errors.append(e)
-        got.set()
+                # verify: pull the sample, publish the score
+                samples = await verify.pull_subscription(verify.consumer_def("verify"))
+                (sample,) = await samples.fetch(1, timeout=3)
+                assert sample.data == b"sample"
+                await sample.ack_sync()
+                await verify.js.publish(names.scored, b"scored", headers={"Nats-Msg-Id": "t1/0"})
 
-    password = PASSWORDS[f"RLVR_{user.upper()}_PASSWORD"]
-    nc = await nats.connect(f"tls://{user}:{password}@127.0.0.1:{port}", error_cb=on_error, max_reconnect_attempts=0)
-    try:
-        await nc.publish(subject, b"x")
-        await nc.flush()
-        with anyio.fail_after(5):
-            await got.wait()
-    finally:
-        await nc.close()
-    return str(errors[0]).lower()
+                (scored,) = await learn_sub.fetch(1, timeout=3)
+                assert scored.data == b"scored"
+                await scored.ack_sync()
+            finally:
+                for b in (learn, rollout, verify):
+                    await b.close()
 
+        anyio.run(scenario)
+        # `status` as the read-only ops user sees the run's streams, consumers and version.
+        from rlvr.actors.status import collect_status
 
-def test_auth_tls_each_role_runs_its_startup_and_traffic_and_nothing_else(tls_server: int) -> None:
-    from nats.js import api as js_api
-
-    port = tls_server
-
-    async def scenario() -> None:
-        learn = await _bus(port, "learn")
-        rollout = await _bus(port, "rollout")
-        verify = await _bus(port, "verify")
-        names = learn.names
-        try:
-            learn_sub = await learn.pull_subscription(learn.consumer_def("learn"))
-            await learn.js.publish(names.tasks, b"task", headers={"Nats-Msg-Id": "t1"})
-            store = await learn.js.object_store(names.weights_bucket)
-            await store.put("v1/model.safetensors", b"w" * 300_000)  # several 128 KiB chunks
-            await learn.js.publish(names.weights, b"announcement")
-
-            # rollout: pull a task, in_progress + ack, publish a sample, read the weights
-            tasks = await rollout.pull_subscription(rollout.consumer_def("rollout"))
-            (task,) = await tasks.fetch(1, timeout=3)
-            await task.in_progress()
-            await task.ack_sync()
-            await rollout.js.publish(names.rollouts, b"sample", headers={"Nats-Msg-Id": "t1/0"})
-            watch = await rollout.js.subscribe(
-                names.weights, ordered_consumer=True, deliver_policy=js_api.DeliverPolicy.LAST_PER_SUBJECT
-            )
-            assert (await watch.next_msg(timeout=3)).data == b"announcement"
-            blob = await (await rollout.js.object_store(names.weights_bucket)).get("v1/model.safetensors")
-            assert len(blob.data) == 300_000
-
-            # verify: pull the sample, publish the score
-            samples = await verify.pull_subscription(verify.consumer_def("verify"))
-            (sample,) = await samples.fetch(1, timeout=3)
-            assert sample.data == b"sample"
-            await sample.ack_sync()
-            await verify.js.publish(names.scored, b"scored", headers={"Nats-Msg-Id": "t1/0"})
-
-            (scored,) = await learn_sub.fetch(1, timeout=3)
-            assert scored.data == b"scored"
-            await scored.ack_sync()
-        finally:
-            for bus in (learn, rollout, verify):
-                await bus.close()
-
-        # Each role is refused what belongs to another role.
-        assert "permissions violation" in await _refused(port, "rollout", "rlvr.demo.scored")
-        assert "permissions violation" in await _refused(port, "rollout", "rlvr.demo.tasks")
-        assert "permissions violation" in await _refused(port, "verify", "rlvr.demo.tasks")
-        assert "permissions violation" in await _refused(port, "verify", "$JS.API.CONSUMER.MSG.NEXT.RLVR_demo_TASKS.rollout")
-        assert "permissions violation" in await _refused(port, "verify", "$JS.API.STREAM.DELETE.RLVR_demo_SCORED")
-        assert "permissions violation" in await _refused(port, "ops", "rlvr.demo.tasks")
-
-    anyio.run(scenario)
+        st = anyio.run(collect_status, "demo", NatsConfig(**server.nats_section()), 0.2)
+        assert st["policy_version"] == 1 and st["streams"]["SCORED"]["messages"] == 1
+        assert st["consumers"]["verify"]["ack_pending"] == 0

@@ -137,18 +137,16 @@ def test_an_actor_logs_in_with_an_nkey_seed_file_and_a_wrong_seed_is_refused_wit
     other_seed, _ = _nkey_user()
     (tmp_path / "user.nk").write_text(seed + "\n")
     (tmp_path / "other.nk").write_text(other_seed + "\n")
-    url = ""
-
-    async def connect(seed_file: str) -> None:
+    async def connect(url: str, seed_file: str) -> None:
         cfg = NatsConfig(url=url, nkey_seed_file=seed_file, connect_timeout_s=2.0)
         bus = await Bus.connect(cfg, BusConfig(), RunNames("s"), "t")
         await bus.ensure_topology()
         await bus.close()
 
     with _server_with(tmp_path, f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}\n') as url:
-        anyio.run(connect, str(tmp_path / "user.nk"))
+        anyio.run(connect, url, str(tmp_path / "user.nk"))
         with pytest.raises(BusConnectError) as err:
-            anyio.run(connect, str(tmp_path / "other.nk"))
+            anyio.run(connect, url, str(tmp_path / "other.nk"))
     assert other_seed not in str(err.value) and "Authorization" in str(err.value)
 
 
@@ -170,15 +168,13 @@ def test_an_actor_presents_a_client_certificate_when_the_server_requires_one(tmp
         "-extfile", "client.ext", "-out", "client-cert.pem")
     conf = (f'tls {{ cert_file: "{s}/server-cert.pem", key_file: "{s}/server-key.pem", ca_file: "{s}/ca.pem", '
             "verify: true }\n")
-    url = ""
-
-    async def connect(**tls) -> None:
+    async def connect(url: str, **tls) -> None:
         cfg = NatsConfig(url=url.replace("nats://", "tls://"), tls_ca_file=str(s / "ca.pem"),
                          connect_timeout_s=2.0, **tls)
         bus = await Bus.connect(cfg, BusConfig(), RunNames("s"), "t")
         await bus.close()
 
     with _server_with(tmp_path, conf) as url:
-        anyio.run(lambda: connect(tls_cert_file=str(s / "client-cert.pem"), tls_key_file=str(s / "client-key.pem")))
+        anyio.run(lambda: connect(url, tls_cert_file=str(s / "client-cert.pem"), tls_key_file=str(s / "client-key.pem")))
         with pytest.raises(BusConnectError):
-            anyio.run(connect)
+            anyio.run(connect, url)
