@@ -7,6 +7,7 @@ must be judged correct. The figures are printed (run with ``-s``).
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import re
@@ -17,12 +18,15 @@ import pytest
 
 from rlvr.verify.math import MathParams, score_math
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data folder missing: {DATA}")
+DATA = Path(__file__).resolve().parents[2] / "data"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"data folder missing: {DATA}")
 
 
 def _jsonl(path: Path) -> list[dict]:
-    with path.open() as f:
+    if not path.exists() and path.with_name(path.name + ".gz").exists():
+        path = path.with_name(path.name + ".gz")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 

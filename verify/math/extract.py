@@ -1,14 +1,20 @@
-"""Pull the final answer out of a model response.
+"""Locate the final answer in a model response (or in a gold that is a whole
+worked solution), and name the route that found it.
 
-Order, most trusted first: the last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced
-braces, also ``\\boxed 5``; a run of boxes separated only by commas or "and"
-becomes one comma list), then "the answer is ..." / "Answer: ...", then the
-GSM8K marker ``#### ...``, then the last number in the text. ``strictness``
-says how far down that list extraction may go.
+Routes, most trusted first; ``strictness`` says how far down extraction may go:
+- ``boxed``: the last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces, also
+  ``\\boxed 5``; a run of boxes separated only by commas or "and" becomes one
+  comma list);
+- ``answer_is``: "the answer is ..." / "Answer: ..." up to the end of its
+  sentence or math group; ``hashes``: the GSM8K marker ``#### ...``;
+- ``bare``: the whole response is the answer (short, no prose words), so it
+  is parsed as one expression: ``\\frac{10}{9}`` is 10/9, never "9";
+- then, for prose only (strictness ``last_number``), the scorer lets
+  math-verify search the text (``prose``) and falls back to ``last_number``.
 
 Every scan here is linear in the response length (``rfind`` and single-pass
-regexes), so a 1 MB response costs milliseconds. This module does not judge
-the answer; see ``equivalence``.
+regexes), so a 1 MB response costs milliseconds. This module does not parse
+or judge the answer.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ _ANSWER_IS = re.compile(
     r"(?:final answer|the answer|answer)\s*(?:\*\*)?\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*",
     re.IGNORECASE,
 )
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 
 
 def _balanced(text: str, open_at: int) -> int | None:
@@ -148,15 +153,45 @@ def extract_hashes(text: str) -> str | None:
     return answer or None
 
 
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:[,\u00a0\u202f ]\d{3})+|\d+)(?:[.,]\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+_COMMAND = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}|\\(?:text|textbf|textit|mathrm|mbox|operatorname)\s*\{[^{}]*\}|\\[a-zA-Z]+")
+_WORD = re.compile(r"[^\W\d_]{3,}")
+# Words that may follow a bare answer without making it prose.
+_TRAILING_WORDS = frozenset(
+    "pct percent percentage degrees degree meters metres units dollars cents euros cm km inches feet hours "
+    "minutes seconds days years miles pounds grams kg liters litres and or".split()
+)
+_MAX_BARE = 300
+
+
 def extract_last_number(text: str) -> str | None:
     last = None
     for last in _NUMBER.finditer(text):
         pass
-    return None if last is None else last.group(0)
+    return None if last is None else last.group(0).strip()
+
+
+def strip_delimiters(text: str) -> str:
+    text = text.strip().rstrip(".").strip()
+    for left, right in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
+        if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
+            text = text[len(left) : len(text) - len(right)].strip()
+    return text
+
+
+def is_bare(text: str) -> bool:
+    """The whole text is one answer: short, and no words beyond a unit or two."""
+    text = text.strip()
+    if not text or len(text) > _MAX_BARE:
+        return False
+    words = [w.lower() for w in _WORD.findall(_COMMAND.sub(" ", text))]
+    return all(w in _TRAILING_WORDS for w in words) and len(words) <= 2
 
 
 def extract_answer(text: str, strictness: Strictness) -> tuple[str | None, str]:
-    """``(answer, how)``: ``how`` names the rule that matched, or ``"none"``."""
+    """``(answer, route)``. ``route`` is ``prose`` when only a search of the
+    free text can find the answer (the scorer does that), ``none`` when the
+    strictness forbids going further."""
     boxed = extract_boxed(text)
     if boxed is not None:
         return boxed, "boxed"
@@ -166,10 +201,11 @@ def extract_answer(text: str, strictness: Strictness) -> tuple[str | None, str]:
         found = rule(text)
         if found is not None:
             return found, how
+    if is_bare(text):
+        return strip_delimiters(text), "bare"
     if strictness == "answer":
         return None, "none"
-    number = extract_last_number(text)
-    return (number, "last_number") if number is not None else (None, "none")
+    return None, "prose"
 
 
-__all__ = ["Strictness", "extract_answer", "extract_boxed"]
+__all__ = ["Strictness", "extract_answer", "extract_boxed", "extract_last_number", "is_bare", "strip_delimiters"]

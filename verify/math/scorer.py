@@ -1,43 +1,178 @@
-"""``score_math``: extract the final answer, compare it with the gold, and
-return a ``Verdict``.
+"""``score_math``: locate the final answer, read it and the gold with
+math-verify, decide with the project's policies, and return a ``Verdict``.
+
+The response and the gold go through the same reading (``read``), so a gold
+that is a whole worked solution has its final answer extracted exactly as a
+response's is. Golds are read once per worker process (an LRU keyed by the
+gold string): the samples of one task share a gold.
+
+``Verdict.detail`` always starts with ``route=<route>``: how the answer was
+found (``boxed``, ``answer_is``, ``hashes``, ``bare``, ``prose``,
+``last_number`` or ``none``), then the gold's route and the policy that
+decided (see ``policy``), so an audit shows why an answer was judged wrong.
 
 Pure and synchronous. It runs in the main thread of a killable worker
 process, and that pool enforces the hard wall-clock limit, so no SIGALRM is
-armed here (see ``sympy_parse``). What this module does itself is refuse the
-absurd before any parsing: over-long responses are cut to their tail, and an
-extracted answer that is too long or nested too deeply, or whose evaluation
-would explode, ends as ``parse_error`` at once.
-
+armed here. What it does itself is refuse the absurd before any parsing:
+over-long responses are cut to their tail, and an answer that is too long,
+nested too deeply or whose evaluation would explode ends as ``parse_error``.
 It does not know about workers, NATS or composite rewards.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Literal
 
 import msgspec
+import sympy
 from msgspec import Meta
+from sympy.core.function import AppliedUndef
 
 from rlvr.protocol.samples import Verdict
-from rlvr.verify.math.equivalence import equivalent
-from rlvr.verify.math.extract import extract_answer
-from rlvr.verify.math.normalize import nesting_depth
-from rlvr.verify.math.sympy_parse import AnswerTooLargeError
+from rlvr.verify.math import policy
+from rlvr.verify.math.engine import AnswerTooLargeError, Parsed, parse_answer, parse_prose, same
+from rlvr.verify.math.extract import Strictness, extract_answer, extract_last_number
 
 VERIFIER = "math"
+PROSE_TAIL = 4_000  # prose is searched in its last this-many chars only
+GOLD_CACHE = 4_096
 
 
 class MathParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     gold: str
-    # How far extraction may fall back: boxed only; boxed, "the answer is"
-    # and "####"; or also the last number in the text.
+    # How far extraction may fall back: boxed only; boxed, "the answer is",
+    # "####" and a bare answer; or also a search of prose and, last, the
+    # last number in the text.
     strictness: Literal["boxed", "answer", "last_number"] = "last_number"
     # Only the last this-many characters of a response are searched; the
     # final answer is at the end, and this bounds every scan.
     max_response_chars: Annotated[int, Meta(gt=0)] = 200_000
     max_answer_chars: Annotated[int, Meta(gt=0)] = 1_000
     max_answer_depth: Annotated[int, Meta(gt=0)] = 24
+
+
+class AnswerRefusedError(ValueError):
+    """An answer too long or too deeply nested to be read at all."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    span: str  # the located answer, localised
+    route: str
+    raw: str  # the located answer as written
+    parsed: Parsed | None  # None until math-verify was needed
+
+
+def _nesting(text: str) -> int:
+    depth = best = 0
+    for c in text:
+        if c in "([{":
+            depth += 1
+            best = max(best, depth)
+        elif c in ")]}":
+            depth -= 1
+    return best
+
+
+def _check(span: str, params: MathParams) -> None:
+    if len(span) > params.max_answer_chars:
+        raise AnswerRefusedError(f"answer longer than {params.max_answer_chars} chars")
+    if _nesting(span) > params.max_answer_depth:
+        raise AnswerRefusedError(f"answer nested deeper than {params.max_answer_depth}")
+
+
+def read(text: str, strictness: Strictness, params: MathParams) -> Reading | None:
+    """Locate and read one answer; None when there is none."""
+    answer, route = extract_answer(text, strictness)
+    if route == "prose":
+        tail = text[-PROSE_TAIL:]
+        parsed = parse_prose(policy.localise_prose(tail))
+        if parsed.values:
+            shown = parsed.text or str(parsed.value)
+            span = policy.localise(shown)
+            return Reading(span, "prose", shown, parsed if span == shown else None)
+        answer, route = extract_last_number(tail), "last_number"
+    if answer is None:
+        return None
+    _check(answer, params)
+    return Reading(policy.localise(answer), route, answer, None)
+
+
+def parsed_of(reading: Reading) -> Parsed:
+    return reading.parsed if reading.parsed is not None else parse_answer(reading.span)
+
+
+@lru_cache(maxsize=GOLD_CACHE)
+def _gold(gold: str) -> tuple[Reading | None, Parsed | None]:
+    params = MathParams(gold=gold)
+    reading = read(gold, "last_number", params)
+    if reading is None:
+        return None, None
+    return reading, parsed_of(reading)
+
+
+def decide(pred: Reading, gold: Reading, gold_parsed: Parsed) -> tuple[bool, str]:
+    """``(equivalent, policy)`` for a located answer against the gold."""
+    letter = policy.choice_of(gold.span)
+    if letter is not None:
+        return policy.pred_choice(pred.span) == letter, "choice"
+    if policy.is_word(gold.span) or policy.is_word(pred.span):
+        return policy.words_equal(pred.span, gold.span), "word"
+    if policy.is_base_n(gold.span) or policy.is_base_n(pred.span):
+        return policy.base_n_equal(pred.span, gold.span), "base_n"
+    gold_number = policy.number_of(gold.span) or policy.number_of(gold_parsed.text)
+    span = pred.span
+    if gold_number is not None:
+        comma = policy.decimal_comma(span)
+        if comma is not None:
+            span, pred = comma, Reading(comma, pred.route, pred.raw, None)
+    pred_number = policy.number_of(span)
+    verdict = policy.numbers_decide(pred_number, gold_number)
+    if verdict is not None:
+        return verdict, "number"
+    parsed = parsed_of(pred)
+    pred_number = pred_number or policy.number_of(parsed.text)
+    verdict = policy.numbers_decide(pred_number, gold_number)
+    if verdict is not None:
+        return verdict, "number"
+    for decimal, exact in ((pred_number, gold_parsed.value), (gold_number, parsed.value)):
+        if decimal is not None and decimal.decimal:
+            verdict = policy.tolerance(decimal, exact)
+            if verdict is not None:
+                return verdict, "tolerance"
+    if _is_equation(parsed.value) and not _is_equation(gold_parsed.value) and not _is_assignment(parsed.value):
+        return False, "equation"
+    if _is_ordered(gold_parsed) and _is_set(parsed) and not span.lstrip().startswith(("(", "[", "\\{", "\\left")):
+        parsed = parse_answer(f"({span})")
+        return same(gold_parsed, parsed), "ordered"
+    if same(gold_parsed, parsed):
+        pb, gb = policy.brackets(span), policy.brackets(gold.span)
+        if pb and gb and pb != gb:
+            return False, "brackets"
+        return True, "math_verify"
+    return False, "math_verify"
+
+
+def _is_equation(value: object) -> bool:
+    return isinstance(value, sympy.Eq)
+
+
+def _is_assignment(value: object) -> bool:
+    """``x = 3``, ``f(x) = ...``, ``x = 1 + 2 = 3``: a name on the left."""
+    while isinstance(value, sympy.Eq) and isinstance(value.lhs, sympy.Eq):
+        value = value.lhs
+    return isinstance(value, sympy.Eq) and isinstance(value.lhs, sympy.Symbol | AppliedUndef)
+
+
+def _is_ordered(parsed: Parsed) -> bool:
+    return isinstance(parsed.value, sympy.Interval | sympy.Tuple)
+
+
+def _is_set(parsed: Parsed) -> bool:
+    return isinstance(parsed.value, sympy.FiniteSet)
 
 
 def _verdict(reward: float, outcome: str, extracted: str | None, started: float, detail: str) -> Verdict:
@@ -53,30 +188,38 @@ def _verdict(reward: float, outcome: str, extracted: str | None, started: float,
 
 
 def score_math(response: str, params: MathParams) -> Verdict:
-    """Reward 1.0 when the extracted answer is equivalent to ``params.gold``.
+    """Reward 1.0 when the located answer is equivalent to ``params.gold``.
 
     Outcomes: ``ok`` (equivalent), ``wrong`` (an answer was found and is not
     equivalent), ``parse_error`` (no answer found, or one too absurd to
-    evaluate)."""
+    evaluate; also a gold in which no answer can be found)."""
     started = time.perf_counter()
     text = response[-params.max_response_chars :]
-    answer, how = extract_answer(text, params.strictness)
-    if answer is None:
-        return _verdict(0.0, "parse_error", None, started, f"no answer found (strictness={params.strictness})")
-    shown = answer[:200]
-    if len(answer) > params.max_answer_chars:
-        return _verdict(0.0, "parse_error", shown, started, f"answer longer than {params.max_answer_chars} chars")
-    if nesting_depth(answer) > params.max_answer_depth:
-        return _verdict(0.0, "parse_error", shown, started, f"answer nested deeper than {params.max_answer_depth}")
     try:
-        same = equivalent(answer, params.gold)
+        gold, gold_parsed = _gold(params.gold)
+    except (AnswerTooLargeError, AnswerRefusedError, RecursionError) as exc:
+        return _verdict(0.0, "parse_error", None, started, f"route=none; gold unreadable: {exc}")
+    if gold is None or gold_parsed is None:
+        return _verdict(0.0, "parse_error", None, started, "route=none; no answer found in the gold")
+    try:
+        pred = read(text, params.strictness, params)
+    except AnswerRefusedError as exc:
+        return _verdict(0.0, "parse_error", None, started, f"route=refused; {exc}")
     except AnswerTooLargeError as exc:
-        return _verdict(0.0, "parse_error", shown, started, f"answer too large to evaluate: {exc}")
+        return _verdict(0.0, "parse_error", None, started, f"route=refused; answer too large to evaluate: {exc}")
+    if pred is None:
+        return _verdict(0.0, "parse_error", None, started, f"route=none; no answer found (strictness={params.strictness})")
+    shown = pred.raw[:200]
+    where = f"route={pred.route}; gold={gold.route}"
+    try:
+        ok, how = decide(pred, gold, gold_parsed)
+    except AnswerTooLargeError as exc:
+        return _verdict(0.0, "parse_error", shown, started, f"{where}; answer too large to evaluate: {exc}")
     except RecursionError:
-        return _verdict(0.0, "parse_error", shown, started, "answer too deeply nested for the parser")
-    if same:
-        return _verdict(1.0, "ok", answer, started, f"equivalent ({how})")
-    return _verdict(0.0, "wrong", answer, started, f"not equivalent ({how})")
+        return _verdict(0.0, "parse_error", shown, started, f"{where}; answer too deeply nested for the parser")
+    if ok:
+        return _verdict(1.0, "ok", shown, started, f"{where}; policy={how}; equivalent")
+    return _verdict(0.0, "wrong", shown, started, f"{where}; policy={how}; not equivalent")
 
 
 __all__ = ["MathParams", "score_math"]

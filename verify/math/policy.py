@@ -1,0 +1,174 @@
+"""The project's explicit answer policies, a thin layer over math-verify.
+
+Each policy has a name; the scorer reports the one that decided a case.
+
+- ``localise`` (text, before parsing): spaced thousands (``1 000``,
+  ``1\\,000``, ``1{,}000``) lose their separators; ``pct``, ``percent``,
+  ``percentage`` become ``\\%``; ``°`` becomes ``^\\circ``; currency signs go;
+  a ``\\text{...}`` label after a value is a unit and goes.
+- ``localise_prose``: in free text only ``1 200,50`` (spaced thousands, then
+  a decimal comma) is rewritten; math-verify reads other localised numbers.
+- ``decimal_comma``: a response that is one number (or ``x =`` one number)
+  with a single comma reads it as a decimal comma (``1000,99``, ``0,111``,
+  ``2,5``) unless the comma groups thousands (``1,000``), and only when the
+  gold is one number, so ``(6,1)`` and lists stay lists.
+- ``choice``: a gold that is a letter A-E (``B``, ``(B)``, ``\\text{(B)}``)
+  is matched by the response's leading letter only.
+- ``word``: a word answer (``\\text{east}``) compares as text, case and
+  spacing aside; ``base_n``: ``40_9`` compares as text (it is not 40).
+- ``number``: two plain numbers compare exactly (``numbers``), with the
+  decimal tolerance policy for a decimal against an exact value
+  (``tolerance``: at least 4 significant digits, within one unit of the last).
+- ``ordered``: when the gold is a tuple or interval, a bare list in the
+  response is read as a tuple in its written order, never as a set.
+- everything else is math-verify's ``verify`` (``math_verify``): units,
+  percent against plain numbers, degrees, sets, intervals, matrices,
+  equations and symbolic equality.
+"""
+
+from __future__ import annotations
+
+import re
+
+import sympy
+
+from rlvr.verify.math.numbers import Number, decimal_matches_exact, numbers_equal, parse_number
+
+_SPACED_THOUSANDS = re.compile(r"(?<![\d.,])(\d{1,3})((?:(?:\\,|\\;|\\:|\\ |~|\{,\}|,\\!|\u00a0|\u202f| )\d{3})+)(?![\d])")
+_SEPARATOR = re.compile(r"\\,|\\;|\\:|\\ |~|\{,\}|,\\!|\u00a0|\u202f| ")
+_PERCENT_WORD = re.compile(r"(?<=[\d}])\s*(?:\\text\{\s*)?(?:pct|per\s?cent(?:age)?|percentage)\b\.?\}?", re.I)
+_CURRENCY = re.compile(r"\\\$|\$|€|£|\\euro\b|\b(?:USD|EUR|GBP)\b")
+_TRAILING_LABEL = re.compile(r"^(.*?[\d}])\s*\\(?:text|mbox|mathrm|textbf)\s*\{[^{}]*\}(?:\s*\^\s*\{?[23]\}?)?$")
+_DECIMAL_COMMA = re.compile(r"^(?:[a-zA-Z]\s*=\s*)?(-?\d+),(\d+)$")
+_SPACED_DECIMAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:[ \u00a0\u202f]\d{3})+),(\d{1,2})(?!\d)")
+_CHOICE = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-E])\)?\s*\}?$")
+_CHOICE_PRED = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-Ea-e])\)?(?![A-Za-z0-9])")
+_WORD = re.compile(r"^[A-Za-z][A-Za-z '\-]*$")
+_BASE_N = re.compile(r"^\d+_\{?\d+\}?$")
+_TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm)\s*\{([^{}]*)\}")
+
+
+def localise(span: str) -> str:
+    """Text clean-ups that keep the value (see the module docstring)."""
+    text = _CURRENCY.sub("", span).replace("°", "^\\circ").strip()
+    text = _SPACED_THOUSANDS.sub(lambda m: m.group(1) + _SEPARATOR.sub("", m.group(2)), text)
+    text = _PERCENT_WORD.sub("\\%", text)
+    for _ in range(2):
+        m = _TRAILING_LABEL.match(text)
+        if m is None:
+            break
+        text = m.group(1).strip()
+    return text.strip()
+
+
+def localise_prose(text: str) -> str:
+    """In free text, only the unambiguous: ``1 200,50`` (spaced thousands and
+    a decimal comma) becomes ``1200.50``; math-verify reads the rest."""
+    return _SPACED_DECIMAL.sub(lambda m: re.sub(r"\D", "", m.group(1)) + "." + m.group(2), text)
+
+
+def decimal_comma(span: str) -> str | None:
+    """``span`` with its comma read as a decimal point, or None when it is
+    not one number or the comma groups thousands."""
+    m = _DECIMAL_COMMA.match(span.strip())
+    if m is None:
+        return None
+    whole, frac = m.group(1).lstrip("-"), m.group(2)
+    if len(frac) == 3 and 1 <= len(whole) <= 3 and not whole.startswith("0"):
+        return None  # 1,000 groups thousands
+    return f"{m.group(1)}.{frac}"
+
+
+def plain_text(span: str) -> str:
+    text = _TEXT_MACRO.sub(r"\1", span).replace("$", "").strip().rstrip(".")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def choice_of(gold: str) -> str | None:
+    m = _CHOICE.match(plain_text(gold)) or _CHOICE.match(gold.strip())
+    return m.group(1) if m is not None else None
+
+
+def pred_choice(pred: str) -> str | None:
+    m = _CHOICE_PRED.match(pred.strip()) or _CHOICE_PRED.match(plain_text(pred))
+    return m.group(1).upper() if m is not None else None
+
+
+def _text_form(text: str) -> str:
+    return re.sub(r"^the\s+", "", plain_text(text).lower()).replace(" ", "").replace("{", "").replace("}", "")
+
+
+def is_word(text: str) -> bool:
+    plain = plain_text(text)
+    return bool(_WORD.match(plain)) and re.search(r"[A-Za-z]{3,}", plain) is not None
+
+
+def words_equal(pred: str, gold: str) -> bool:
+    return _text_form(pred) == _text_form(gold)
+
+
+def is_base_n(text: str) -> bool:
+    return bool(_BASE_N.match(text.replace(" ", "")))
+
+
+def base_n_equal(pred: str, gold: str) -> bool:
+    return pred.replace(" ", "").replace("{", "").replace("}", "") == gold.replace(" ", "").replace("{", "").replace("}", "")
+
+
+def brackets(span: str) -> str:
+    """The outer brackets of a tuple or interval (``"()"``, ``"[)"``), or ""."""
+    text = re.sub(r"\\(?:left|right)\b|\\[bB]igg?[lr]?\b", "", span).strip()
+    if len(text) >= 2 and text[0] in "([" and text[-1] in ")]" and "," in text:
+        return text[0] + text[-1]
+    return ""
+
+
+def number_of(text: str) -> Number | None:
+    """A plain number written as ``text`` (math-verify's normalised text or
+    a located span); thousands commas allowed."""
+    text = text.strip()
+    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
+        text = text.replace(",", "")
+    return parse_number(text)
+
+
+def _exact_value(value: object) -> complex | None:
+    """The value of an exact, symbol-free sympy number (not a Float)."""
+    if not isinstance(value, sympy.Expr) or value.free_symbols or value.atoms(sympy.Float):
+        return None
+    try:
+        result = complex(sympy.N(value, 30))
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        return None
+    return result if result == result and abs(result) != float("inf") else None
+
+
+def tolerance(decimal: Number, exact: object) -> bool | None:
+    """The decimal-vs-exact rule, or None when ``exact`` is not an exact number."""
+    value = _exact_value(exact)
+    if value is None:
+        return None
+    return value.imag == 0 and decimal_matches_exact(decimal, value.real)
+
+
+def numbers_decide(pred: Number | None, gold: Number | None) -> bool | None:
+    if pred is None or gold is None:
+        return None
+    return numbers_equal(pred, gold)
+
+
+__all__ = [
+    "base_n_equal",
+    "brackets",
+    "choice_of",
+    "decimal_comma",
+    "is_base_n",
+    "is_word",
+    "localise",
+    "localise_prose",
+    "number_of",
+    "numbers_decide",
+    "pred_choice",
+    "tolerance",
+    "words_equal",
+]
