@@ -10,8 +10,11 @@ command's ``--params``). ``gold`` / ``tests`` go into the verifier's params;
 for ``composite`` into its first (accuracy) part.
 
 Output, one line per case in input order: ``id, reward, outcome, extracted,
-latency_ms`` (and ``detail`` when the verifier gave one). A case whose spec is
-invalid gets outcome ``spec_error`` and never reaches a worker.
+latency_ms`` (and ``detail`` when the verifier gave one, and ``route`` when
+that detail names how the answer was found: the math verifier's
+``route=boxed``, ``bare``, ``prose``, ``last_number`` ...). The summary
+counts the routes, so a user sees why answers were judged wrong. A case
+whose spec is invalid gets outcome ``spec_error`` and never reaches a worker.
 
 A case counts as judged correct when its outcome is ``ok``; a timeout or a
 sandbox error counts as judged wrong, since that is what training would see.
@@ -54,6 +57,14 @@ class AuditRow(Struct, frozen=True, omit_defaults=True):
     extracted: str | None
     latency_ms: float
     detail: str = ""
+    route: str = ""
+
+
+def route_of(detail: str) -> str:
+    """The extraction route a verifier's detail starts with (``route=NAME;``), or ""."""
+    if not detail.startswith("route="):
+        return ""
+    return detail[len("route=") :].split(";", 1)[0].strip()
 
 
 class AuditSummary(Struct, frozen=True):
@@ -73,6 +84,7 @@ class AuditSummary(Struct, frozen=True):
     false_negatives: list[str]
     false_positives: list[str]
     spec_errors: list[str]
+    routes: dict[str, int] = {}  # how answers were found, where the verifier says
 
 
 class AuditInputInvalidError(ValueError):
@@ -119,7 +131,9 @@ async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase],
             except VerifierSpecError as e:
                 rows[i] = AuditRow(str(case.id), 0.0, SPEC_ERROR, None, 0.0, detail=str(e))
                 return
-            rows[i] = AuditRow(str(case.id), v.reward, v.outcome, v.extracted, v.latency_s * 1000, v.detail)
+            rows[i] = AuditRow(
+                str(case.id), v.reward, v.outcome, v.extracted, v.latency_s * 1000, v.detail, route_of(v.detail)
+            )
 
     # An import path on the command line is the operator's own choice: load it as a plug-in.
     plugins = (verifier,) if ":" in verifier else ()
@@ -137,8 +151,11 @@ async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase],
 
 def summarise(verifier: str, cases: list[AuditCase], rows: list[AuditRow], elapsed_s: float) -> AuditSummary:
     outcomes: dict[str, int] = {}
+    routes: dict[str, int] = {}
     for r in rows:
         outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        if r.route:
+            routes[r.route] = routes.get(r.route, 0) + 1
     lat = sorted(r.latency_ms for r in rows if r.outcome != SPEC_ERROR)
     fn, fp, agree, pos, neg = [], [], 0, 0, 0
     for case, row in zip(cases, rows):
@@ -171,6 +188,7 @@ def summarise(verifier: str, cases: list[AuditCase], rows: list[AuditRow], elaps
         false_negatives=fn,
         false_positives=fp,
         spec_errors=[r.id for r in rows if r.outcome == SPEC_ERROR],
+        routes=dict(sorted(routes.items())),
     )
 
 
@@ -211,6 +229,8 @@ def format_summary(s: AuditSummary) -> str:
         "outcomes: " + ", ".join(f"{k} {v}" for k, v in s.outcomes.items()),
         f"latency p50 {s.latency_p50_ms:.1f} ms, p99 {s.latency_p99_ms:.1f} ms",
     ]
+    if s.routes:
+        lines.append("answer found by: " + ", ".join(f"{k} {v}" for k, v in s.routes.items()))
     if s.labelled:
         lines += [
             f"labelled {s.labelled} ({s.positives} correct, {s.negatives} wrong): agreement {_pct(s.agreement)}",
@@ -279,6 +299,7 @@ __all__ = [
     "audit_main",
     "format_summary",
     "read_cases",
+    "route_of",
     "run_audit",
     "summarise",
 ]
