@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 
 import anyio
-import pytest
 
 from rlvr.protocol import Heartbeat, decode
 from tests.actors.natsauth import ROLES, AuthServer, connect_as
