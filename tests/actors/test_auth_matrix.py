@@ -56,6 +56,8 @@ ACTIONS: list[tuple[str, str, str, dict | None]] = [
      {"batch": 1, "no_wait": True}),
     ("read the policy version (KV)", "pub",
      f"$JS.API.DIRECT.GET.KV_rlvr-{RUN}-state.$KV.rlvr-{RUN}-state.policy_version", None),
+    ("read the learner's lease (KV)", "pub",
+     f"$JS.API.DIRECT.GET.KV_rlvr-{RUN}-state.$KV.rlvr-{RUN}-state.learner-lease", None),
     ("read the stored run config (KV)", "pub", f"$JS.API.DIRECT.GET.KV_rlvr-{RUN}-state.$KV.rlvr-{RUN}-state.config", None),
     ("read any KV message by sequence", "pub", f"$JS.API.STREAM.MSG.GET.KV_rlvr-{RUN}-state", {"seq": 1}),
     ("write the KV (policy version)", "pub", f"$KV.rlvr-{RUN}-state.policy_version", None),
@@ -80,6 +82,7 @@ EXPECTED: dict[str, set[str]] = {  # action -> the roles allowed to do it; every
     "pull from the verifiers' durable": {"verify"},
     "pull from the rollouts' durable": {"rollout"},
     "read the policy version (KV)": {"learn", "ops"},
+    "read the learner's lease (KV)": {"learn", "ops"},
 }
 
 
