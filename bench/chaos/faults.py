@@ -1,0 +1,332 @@
+"""The faults: each injects one thing into a running ``Scenario``, puts the
+skeleton back the way an operator (or a supervisor) would, and returns what
+it saw. Judging custody and progress is the runner's job, after each fault.
+
+Every fault takes the scenario and a seeded ``random.Random``; the same seed
+gives the same kill points, pause lengths and orders. Production code has no
+test hooks: the windows are hit from outside. The commit window (after
+``learner.json`` is written, before ``latest`` is flipped) and the engine
+save are caught by watching the checkpoint directory with a tight poll and
+freezing the learner (SIGSTOP) the moment the file appears; whether the
+window was really hit is then read off the disk before the SIGKILL, and
+reported (``hit``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio  # noqa: F401 (imported for the observer's loop type hints elsewhere)
+from nats.js import api
+
+from bench.chaos.invariants import read_committed
+from bench.chaos.scenario import ACK_WAIT_S, Scenario
+from rlvr.protocol import DeadLetter  # noqa: F401
+
+
+def _result(kind: str, **detail) -> dict:
+    return {"kind": kind, **detail}
+
+
+# --- SIGKILL ------------------------------------------------------------------------
+def kill_learner_seeded(sc: Scenario, rng) -> dict:
+    delay = round(rng.uniform(0.2, 3.0), 2)
+    time.sleep(delay)
+    steps = sc.learner_steps_logged()
+    sc.sk.signal("learn-0", signal.SIGKILL)
+    rc = sc.sk.wait_exit("learn-0", 30)
+    sc.start_learner()
+    return _result("sigkill:learn", after_s=delay, steps_since_start=steps, rc=rc)
+
+
+def kill_learner_before_first_checkpoint(sc: Scenario, rng) -> dict:
+    """Needs a learner started with a checkpoint_every it will not reach; restarts it with the normal one."""
+    want = rng.randint(1, 4)
+    deadline = time.monotonic() + 180
+    while sc.learner_steps_logged() < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sc.sk.signal("learn-0", signal.SIGKILL)
+    rc = sc.sk.wait_exit("learn-0", 30)
+    hit = not (sc.out / "checkpoints" / "latest").exists()
+    steps = sc.learner_steps_logged()
+    sc.start_learner()
+    return _result("sigkill:learn:before_first_checkpoint", steps=steps, hit=hit, rc=rc)
+
+
+def _freeze_on(sc: Scenario, path: Path, timeout_s: float, still, early: Path | None = None) -> bool | None:
+    """Busy-wait for ``path``; SIGSTOP the learner the moment it exists. Returns ``still()`` read while
+    frozen (True: the window is open), or None if the path never appeared.
+
+    ``early`` (the temporary file the atomic write renames into ``path``) is a first stop: frozen
+    there, the learner is a few instructions from the rename, so the second wait is short and the
+    freeze lands inside the window far more often on a loaded machine."""
+    pid = sc.sk.roles["learn-0"].proc.pid
+    deadline = time.monotonic() + timeout_s
+    exists = os.path.exists
+    if early is not None:
+        while not exists(early) and not exists(path):
+            if time.monotonic() > deadline:
+                return None
+        os.kill(pid, signal.SIGSTOP)
+        if exists(path):
+            return still()
+        os.kill(pid, signal.SIGCONT)
+    while not exists(path):
+        if time.monotonic() > deadline:
+            return None
+    os.kill(pid, signal.SIGSTOP)
+    return still()
+
+
+def kill_learner_in_commit_window(sc: Scenario, rng) -> dict:
+    """SIGKILL after commit-N/learner.json is written and before ``latest`` names commit-N.
+
+    On a tmpfs (the checkpoint disk of the skeleton) fsync is free and that window is a few
+    syscalls wide, so the learner is traced with strace for the duration, each rename delayed
+    by ``delay_s`` on its way out: learner.json is then in place for that long before the
+    ledger entry and ``latest`` follow. Production code is unchanged; without strace the
+    poll alone is tried and ``hit`` says whether it landed."""
+    root = sc.out / "checkpoints"
+    st = read_committed(sc.out).state
+    n = (st.commits if st else 0) + 2  # not the next commit: it may be under way already
+    target = root / f"commit-{n:06d}" / "learner.json"
+    pid = sc.sk.roles["learn-0"].proc.pid
+    delay_us = 1_000_000
+    tracer = None
+    if shutil.which("strace"):
+        calls = "rename,renameat,renameat2"
+        tracer = subprocess.Popen(["strace", "-f", "-qq", "-p", str(pid), "-e", f"trace={calls}",
+                                   "-e", f"inject={calls}:delay_exit={delay_us}", "-o", os.devnull],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def window_open() -> bool:
+        try:
+            return (root / "latest").read_text().strip() != f"commit-{n:06d}"
+        except FileNotFoundError:
+            return True
+
+    try:
+        hit = _freeze_on(sc, target, 60, window_open, early=target.with_name("learner.json.tmp"))
+        ledger_written = (root / "ledger" / f"commit-{n:06d}.json").exists()
+        sc.sk.signal("learn-0", signal.SIGKILL)
+        sc.sk.signal("learn-0", signal.SIGCONT)
+        rc = sc.sk.wait_exit("learn-0", 30)
+    finally:
+        if tracer is not None:
+            if tracer.poll() is None:
+                tracer.kill()
+            tracer.wait()
+    sc.start_learner()
+    return _result("sigkill:learn:commit_window", commit=n, hit=bool(hit), ledger_entry_written=ledger_written,
+                   rc=rc, renames_delayed_s=delay_us / 1e6 if tracer else 0)
+
+
+def kill_learner_mid_engine_save(sc: Scenario, rng) -> dict:
+    """SIGKILL while commit-N/engine/ is being written (engine-backed scenarios only)."""
+    root = sc.out / "checkpoints"
+    st = read_committed(sc.out).state
+    n = (st.commits if st else 0) + 2  # not the next commit: it may be under way already
+    engine = root / f"commit-{n:06d}" / "engine"
+    hit = _freeze_on(sc, engine, 120, lambda: not (engine.parent / "learner.json").exists())
+    sc.sk.signal("learn-0", signal.SIGKILL)
+    sc.sk.signal("learn-0", signal.SIGCONT)
+    rc = sc.sk.wait_exit("learn-0", 30)
+    sc.start_learner()
+    return _result("sigkill:learn:mid_engine_save", commit=n, hit=bool(hit), rc=rc)
+
+
+def kill_learner_mid_weight_publish(sc: Scenario, rng) -> dict:
+    """SIGKILL once the next version's weights directory exists and before its announcement (engine only)."""
+    version = int(sc.obs.heartbeats.get("learn-0", (0, None))[1].policy_version) if "learn-0" in sc.obs.heartbeats else 0
+    vdir = sc.out / "weights" / f"v{version + 1}"
+    announced = sc.obs.stream_state("WEIGHTS")
+    before = announced.state.last_seq if announced else 0
+
+    def not_announced() -> bool:
+        info = sc.obs.stream_state("WEIGHTS")
+        return (info.state.last_seq if info else 0) == before
+
+    hit = _freeze_on(sc, vdir, 120, not_announced)
+    sc.sk.signal("learn-0", signal.SIGKILL)
+    sc.sk.signal("learn-0", signal.SIGCONT)
+    rc = sc.sk.wait_exit("learn-0", 30)
+    sc.start_learner()
+    return _result("sigkill:learn:mid_weight_publish", version=version + 1, hit=bool(hit), rc=rc)
+
+
+def kill_role(sc: Scenario, rng, replica: str) -> dict:
+    delay = round(rng.uniform(0.1, 2.0), 2)
+    time.sleep(delay)
+    sc.sk.signal(replica, signal.SIGKILL)
+    rc = sc.sk.wait_exit(replica, 30)
+    sc.sk.restart(replica)
+    sc.wait_running(replica, timeout_s=180)
+    return _result(f"sigkill:{replica.split('-')[0]}", replica=replica, after_s=delay, rc=rc)
+
+
+# --- SIGSTOP ------------------------------------------------------------------------
+def stop_role(sc: Scenario, rng, replica: str, factor: float) -> dict:
+    pause = factor * ACK_WAIT_S
+    sc.sk.signal(replica, signal.SIGSTOP)
+    time.sleep(pause)
+    sc.sk.signal(replica, signal.SIGCONT)
+    resumed = time.monotonic()
+    hb = sc.obs.wait_heartbeat(replica, after=resumed, timeout_s=20)
+    return _result(f"sigstop:{replica.split('-')[0]}:{factor}x_ack_wait", replica=replica, paused_s=pause,
+                   heartbeat_after_resume=hb is not None)
+
+
+# --- the server -----------------------------------------------------------------------
+def kill_server(sc: Scenario, rng, index: int = 0) -> dict:
+    srv = sc.servers[index]
+    down = round(rng.uniform(0.5, 4.0), 2)
+    srv.kill(signal.SIGKILL)
+    time.sleep(down)
+    srv.start()
+    return _result("sigkill:nats-server", server=srv.name, down_s=down, port=srv.port)
+
+
+def store_full(sc: Scenario, rng) -> dict:
+    """Fill the JetStream store (the server's max_file_store) with another stream, hold, free it."""
+    name = f"CHAOSFILL_{sc.run}"
+    subject = f"chaosfill.{sc.run}"
+    hold = round(rng.uniform(3.0, 6.0), 2)
+
+    async def fill():
+        js = sc.obs.js
+        await js.add_stream(api.StreamConfig(name=name, subjects=[subject], storage=api.StorageType.FILE))
+        chunk = os.urandom(512 * 1024)
+        n, err = 0, ""
+        while n < 4096:
+            try:
+                await js.publish(subject, chunk, timeout=5)
+                n += 1
+            except Exception as e:  # noqa: BLE001 (the point: the store refuses)
+                err = f"{type(e).__name__}: {e}"
+                break
+        return n, err
+
+    n, err = sc.obs.call(fill(), timeout_s=300)
+    time.sleep(hold)
+    alive_while_full = [r for r in sc.replicas if sc.sk.roles[r].alive()]
+    sc.obs.call(sc.obs.js.delete_stream(name), timeout_s=20)
+    return _result("jetstream:store_full", filled_mib=n / 2, refused_with=err[:200], held_s=hold,
+                   alive_while_full=alive_while_full)
+
+
+def delete_consumer(sc: Scenario, rng, kind: str, durable: str) -> dict:
+    owner = {"rollout": "rollout-0", "verify": sc.verifiers[0], "learn": "learn-0"}[durable]
+    deleted = sc.obs.delete_consumer(kind, durable)
+    t0 = time.monotonic()
+    time.sleep(8.0)
+    exited = {r: sc.sk.roles[r].proc.returncode for r in sc.replicas if not sc.sk.roles[r].alive()}
+    back = sc.obs.consumer_info(kind, durable) is not None
+    action = "none"
+    if not back:
+        if durable == "learn":
+            action = "learner restarted (it recreates its consumer at its floor)"
+            sc.sk.reap("learn-0")
+            sc.start_learner()
+        else:
+            action = "rlvr-actor init"
+            init = subprocess.run([sys.executable, "-m", "rlvr.actors.cli", "init", "--config", str(sc.config("roles")),
+                                   "--nats", sc.urls], capture_output=True, text=True, timeout=120,
+                                  cwd=sc.root, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            if init.returncode != 0:
+                sc.violations.append(f"rlvr-actor init failed after a consumer was deleted: {init.stderr[-500:]}")
+    logs = {r: _last_error(sc.sk.log_text(r)) for r in exited}
+    for r in exited:
+        if r != "learn-0" or durable != "learn":
+            sc.sk.roles[r].expect_exit = False
+            sc.sk.restart(r)
+            sc.wait_running(r, timeout_s=180)
+    return _result(f"consumer_deleted:{durable}", deleted=deleted, owner=owner, exited=exited,
+                   came_back_by_itself=back, recovery=action, errors=logs, seconds=round(time.monotonic() - t0, 1))
+
+
+def _last_error(log: str) -> str:
+    for line in reversed(log.splitlines()):
+        if '"level": "error"' in line or "Error" in line:
+            return line[-400:]
+    return ""
+
+
+# --- the learner's edges --------------------------------------------------------------
+def second_learner(sc: Scenario, rng) -> dict:
+    cfg = sc.config("learn-intruder", learn={"out_dir": str(sc.root / "intruder-out")})
+    sc.sk.start("learn", "learn-intruder", cfg)
+    rc = sc.sk.wait_exit("learn-intruder", 120)
+    log = sc.sk.log_text("learn-intruder")
+    named = "already has a learner" in log and "learn-0" in log
+    if rc is None:
+        sc.sk.reap("learn-intruder")
+    sc.sk.roles.pop("learn-intruder")
+    ok = rc not in (0, None) and named and sc.sk.roles["learn-0"].alive()
+    if not ok:
+        sc.violations.append(f"a second learner was not refused cleanly (rc={rc}, holder named={named})")
+    return _result("second_learner", rc=rc, refused_naming_holder=named, holder_alive=sc.sk.roles["learn-0"].alive())
+
+
+def checkpoint_disk_full(sc: Scenario, rng) -> dict:
+    """Fill the learner's out_dir (a small tmpfs the runner mounted) and free it after a while."""
+    hold = round(rng.uniform(3.0, 8.0), 2)
+    filler = sc.out / "chaos-filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    try:
+        with open(filler, "ab") as f:  # the last few KiB too
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass
+    time.sleep(hold)
+    role = sc.sk.roles["learn-0"]
+    rc = role.proc.returncode if not role.alive() else None
+    err = _last_error(sc.sk.log_text("learn-0")) if rc is not None else ""
+    filler.unlink()
+    if rc is not None:
+        role.expect_exit = False
+        sc.start_learner()
+    return _result("checkpoint_disk_full", held_s=hold, learner_exit=rc, learner_error=err)
+
+
+def retention_gap(sc: Scenario, rng) -> dict:
+    """The learner is down while SCORED's retention removes samples it never settled."""
+    sc.sk.signal("learn-0", signal.SIGKILL)
+    sc.sk.wait_exit("learn-0", 30)
+    scored = sc.obs.read_scored()
+    floor = sc.committed_floor()
+    # The rollout and verifiers finish what the feeder issued; then purge as max_age would.
+    time.sleep(3.0)
+    scored = sc.obs.read_scored()
+    info = sc.obs.stream_state("SCORED")
+    cut = min(info.state.last_seq, floor + rng.randint(4, 12))
+    sc.retention_purged |= {c.sample_id for c in scored.values() if c.seq < cut}
+    sc.obs.purge("SCORED", upto_seq=cut)
+    sc.start_learner(wait=False)
+    rc = sc.sk.wait_exit("learn-0", 120)
+    log = sc.sk.log_text("learn-0")
+    said = "were removed by SCORED's retention" in log and "allow_retention_gap" in log
+    if rc in (0, None) or not said:
+        sc.violations.append(f"a learner past a retention gap did not stop with the count (rc={rc})")
+    sc.learn_extra["allow_retention_gap"] = True
+    sc.start_learner()
+    return _result("retention_gap", floor=floor, purged_below_seq=cut, stopped_rc=rc, said_how_many=said)
+
+
+def copy_logs(sc: Scenario, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in sc.root.glob("*.log"):
+        shutil.copy(p, dest / p.name)
