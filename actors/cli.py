@@ -65,7 +65,7 @@ def _command_parser(cmd: str) -> argparse.ArgumentParser:
         p.description = "Score a labelled JSONL file offline and report agreement, FN and FP rates."
         add_audit_arguments(p)
     elif cmd == "eval":
-        from rlvr.learner.evaluate import add_eval_arguments
+        from rlvr.actors.entry_eval import add_eval_arguments
 
         p.description = "pass@k of a checkpoint (unbiased estimator), offline through an engine."
         add_eval_arguments(p)
@@ -107,7 +107,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _load(args: argparse.Namespace):
-    from rlvr.actors.config import ConfigError, load_config
+    from rlvr.actors.entry_config import ConfigError, load_config
 
     try:
         return load_config(getattr(args, "config", None), overrides=_overrides(args))
@@ -120,8 +120,14 @@ def _run_role(args: argparse.Namespace) -> int:
     from rlvr.actors.lifeline import follow_up
 
     follow_up()  # started by `up`: stop (drain) when `up` dies, even by SIGKILL
-    cfg = _load(args)
-    from rlvr.actors.roles import run_role
+    from rlvr.actors.config import ConfigError
+    from rlvr.actors.roles import load_role_config, run_role
+
+    try:
+        cfg = load_role_config(args.role, args.config, overrides=_overrides(args))
+    except ConfigError as e:
+        print(f"rlvr-actor: {e}", file=sys.stderr)
+        return 2
 
     return run_role(args.role, cfg, replica=args.replica)
 
@@ -139,24 +145,26 @@ def _run_command(cmd: str, args: argparse.Namespace) -> int:
     if cmd == "status":
         from rlvr.actors.status import status_main
 
-        return status_main(args, _load(args))
+        cfg = _load(args)
+        return status_main(args, cfg.run, cfg.nats)
     if cmd == "audit":
         from rlvr.verify.audit import audit_main
 
         return audit_main(args)
     if cmd == "eval":
-        from rlvr.learner.evaluate import eval_main
+        from rlvr.actors.entry_eval import eval_main
 
         return eval_main(args)
     if cmd == "report":
-        from rlvr.learner.report import report_main
+        from rlvr.actors.report import report_main
 
         return report_main(args.run_dir)
     if cmd == "config-doc":
         from rlvr.actors.config_doc import config_doc
+        from rlvr.actors.entry_config import Config
 
         try:
-            print(config_doc())
+            print(config_doc(Config))
         except BrokenPipeError:  # `rlvr-actor config-doc | head`
             sys.stderr.close()
         return 0

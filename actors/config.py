@@ -1,30 +1,26 @@
-"""Typed run configuration, read from TOML.
+"""The config sections every role shares: the NATS connection, the bus, logs and traces.
 
-One section per role plus the shared ones. Every struct forbids unknown keys,
-so a typo is an error that names the key (``rlvr-actor`` prints
-``config error in run.toml: Object contains unknown field `lr` - at `$.learn```).
+Every struct forbids unknown keys, so a typo is an error that names the key.
 Each component is handed only its own section (STYLE.md habit 7).
 
-The role sections are defined next to the role that reads them
-(``rlvr.rollout.config``, ``rlvr.verify.config``, ``rlvr.learner.config``);
-this module only assembles them. The comments on each field are the option
-reference: ``rlvr-actor config-doc`` prints them (the README's table is that
-output).
+Not here: the whole-run ``Config`` that names each role's section. It lives in
+``rlvr.actors.entry_config``, which only the entry layer (``cli``, ``roles``,
+``launcher``) imports, so that the runtime every role shares never imports a
+role. The comments on each field are the option reference: ``rlvr-actor
+config-doc`` prints them (the README's table is that output).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta, Struct
 
-from rlvr.learner.config import LearnConfig
 from rlvr.protocol.subjects import validate_run_id
-from rlvr.rollout.config import RolloutConfig
-from rlvr.verify.config import VerifyConfig
 
+T = TypeVar("T")
 Seconds = Annotated[float, Meta(gt=0)]
 
 
@@ -143,25 +139,10 @@ class ObservabilityConfig(Struct, frozen=True, forbid_unknown_fields=True):
     trace_dir: str = "traces"
 
 
-class UpConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    # Where `rlvr-actor up` creates the run directory (<runs_dir>/<run>-<timestamp>).
-    runs_dir: str = "runs"
-    # Rollout replicas (child processes) to start; raise it when verifiers wait on generation.
-    rollout_replicas: Annotated[int, Meta(ge=0)] = 1
-    # Verifier replicas to start, each with verify.pool_size workers; raise it when scoring lags generation.
-    verify_replicas: Annotated[int, Meta(ge=0)] = 2
-    # Threads per child process (OMP_NUM_THREADS); 0 leaves the environment alone.
-    threads_per_process: Annotated[int, Meta(ge=0)] = 1
-    # Threads for the learner process alone (0 = threads_per_process): on a
-    # small machine the optimizer step is the one job worth a second core.
-    learner_threads: Annotated[int, Meta(ge=0)] = 0
-    # Seconds to wait for children to exit after Ctrl-C before killing them.
-    stop_timeout_s: Seconds = 15.0
-    # "live": one compact panel on a TTY; "plain": progress lines; "logs": child logs.
-    display: Literal["auto", "live", "plain", "logs"] = "auto"
+class SharedSections(Struct, frozen=True):
+    """The sections every role shares, read from a whole-run config file while
+    ignoring the role sections (which only the entry layer knows)."""
 
-
-class Config(Struct, frozen=True, forbid_unknown_fields=True):
     # Run id: names the streams, buckets and subjects of this run.
     run: str = "demo"
     # Seed for every random choice of the run (feeder order, sampling, init).
@@ -172,14 +153,6 @@ class Config(Struct, frozen=True, forbid_unknown_fields=True):
     bus: BusConfig = BusConfig()
     # Logs and traces of every role.
     observability: ObservabilityConfig = ObservabilityConfig()
-    # The rollout role: generation engine and how many tasks a replica works on.
-    rollout: RolloutConfig = RolloutConfig()
-    # The verifier role: worker pool, timeouts and the code sandbox.
-    verify: VerifyConfig = VerifyConfig()
-    # The learner role: dataset, group assembly and filtering, evaluation and the optimizer.
-    learn: LearnConfig = LearnConfig()
-    # `rlvr-actor up` only: run directory, replica counts and the display.
-    up: UpConfig = UpConfig()
 
     def __post_init__(self) -> None:
         try:
@@ -192,12 +165,9 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 
-def load_config(path: str | Path | None, *, overrides: dict | None = None) -> Config:
-    """Read ``path`` (TOML) into a ``Config``; ``None`` gives the defaults.
-
-    ``overrides`` are top-level keys set from the command line (``run``,
-    ``nats.url``...), applied before validation so they are checked too.
-    """
+def read_config(path: str | Path | None, overrides: dict | None = None) -> tuple[dict, str]:
+    """The raw config (TOML, or the JSON that `up` writes back) with the
+    command line's dotted ``overrides`` applied, and its source for errors."""
     raw: dict = {}
     source = "<defaults>"
     if path is not None:
@@ -219,24 +189,17 @@ def load_config(path: str | Path | None, *, overrides: dict | None = None) -> Co
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
+    return raw, source
+
+
+def convert_config(raw: dict, typ: type[T], source: str) -> T:
     try:
-        return msgspec.convert(raw, Config)
+        return msgspec.convert(raw, typ)
     except msgspec.ValidationError as e:
         raise ConfigError(f"config error in {source}: {e}") from None
 
 
-def dump_config(cfg: Config) -> bytes:
-    """The resolved config as JSON (``load_config`` reads it back)."""
-    return msgspec.json.format(msgspec.json.encode(cfg), indent=2)
-
-
 __all__ = [
-    "BusConfig",
-    "Config",
-    "ConfigError",
-    "NatsConfig",
-    "ObservabilityConfig",
-    "UpConfig",
-    "dump_config",
-    "load_config",
+    "BusConfig", "ConfigError", "NatsConfig", "ObservabilityConfig", "Seconds", "SharedSections", "convert_config",
+    "read_config",
 ]

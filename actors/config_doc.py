@@ -42,10 +42,19 @@ class FieldComment:
     where: str  # "path/to/file.py:LINE" of the field
 
 
-@functools.cache
 def field_comments(cls: type) -> dict[str, FieldComment]:
-    """The comment of every annotated field in ``cls``'s body: the comment
-    lines directly above it (no blank line between), then its trailing comment."""
+    """The comment of every annotated field of ``cls`` and the Structs it
+    derives from: the comment lines directly above it (no blank line
+    between), then its trailing comment."""
+    out: dict[str, FieldComment] = {}
+    for base in reversed(cls.__mro__):
+        if base is cls or (issubclass(base, msgspec.Struct) and base is not msgspec.Struct):
+            out.update(_own_field_comments(base))
+    return out
+
+
+@functools.cache
+def _own_field_comments(cls: type) -> dict[str, FieldComment]:
     lines, first = inspect.getsourcelines(cls)
     source = textwrap.dedent("".join(lines))  # a class nested in a function is indented
     path = _relative(inspect.getsourcefile(cls) or "?")
@@ -128,10 +137,9 @@ def _is_optional(t: mi.Type) -> bool:
     return isinstance(t, mi.UnionType) and any(isinstance(s, mi.NoneType) for s in t.types)
 
 
-def walk(root: type | None = None) -> list[Section]:
-    """Every section reachable from ``root`` (default: the run ``Config``), depth first."""
-    if root is None:
-        from rlvr.actors.config import Config as root
+def walk(root: type) -> list[Section]:
+    """Every section reachable from ``root`` (the run ``Config``, which the caller
+    passes: this module never imports a role's config), depth first."""
     info = mi.type_info(root)
     out: list[Section] = []
     _walk(info, path="", variant="", condition="", text=struct_doc(root), instance=_default_instance(root), out=out)
@@ -307,12 +315,12 @@ def render_markdown(sections: list[Section]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def config_doc() -> str:
-    """The whole configuration reference, as Markdown."""
-    return render_markdown(walk())
+def config_doc(root: type) -> str:
+    """The whole configuration reference of ``root``, as Markdown."""
+    return render_markdown(walk(root))
 
 
-def undocumented(root: type | None = None) -> list[str]:
+def undocumented(root: type) -> list[str]:
     """``file:line key`` of every reachable config field without a comment (a
     section-valued field counts as documented when its struct has a docstring)."""
     seen: dict[str, str] = {}

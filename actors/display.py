@@ -80,7 +80,7 @@ def format_record(rec: dict) -> str:
 
 
 def format_summary(s: dict) -> str:
-    from rlvr.learner.report import format_report  # stdlib only at import
+    from rlvr.actors.report import format_report  # stdlib only at import
 
     return "\n".join(["", "summary", format_report(s), f"  {'exit code':<23}  {s.get('exit_code')}"])
 

@@ -26,7 +26,9 @@ from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
-from rlvr.actors.config import Config, ConfigError, dump_config, load_config
+import msgspec
+
+from rlvr.actors.entry_config import Config, ConfigError, dump_config, load_config
 from rlvr.actors.display import make_display
 from rlvr.actors.lifeline import UP_PID_ENV
 from rlvr.actors.natsserver import NatsServer
@@ -38,6 +40,14 @@ class Child:
         self.replica = replica
         self.proc = proc
         self.log_path = log_path
+
+
+class StopRequest(msgspec.Struct):
+    """Why `up` is stopping, set by its signal handler: the signal received
+    (None while running) and the preparation child to terminate, if one runs."""
+
+    signal: int | None = None
+    prepare: subprocess.Popen | None = None
 
 
 def builtin_config_path() -> Path:
@@ -57,11 +67,11 @@ def up_main(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "logs").mkdir(exist_ok=True)
     display = make_display(args.display or cfg.up.display, run_dir)
-    stop: dict = {"signal": None, "prepare": None}
+    stop = StopRequest()
 
     def on_signal(signum: int, _frame: object) -> None:
-        stop["signal"] = signum
-        prep = stop["prepare"]  # a preparation step is running: it has no state worth draining
+        stop.signal = signum
+        prep = stop.prepare  # a preparation step is running: it has no state worth draining
         if prep is not None and prep.poll() is None:
             prep.terminate()
 
@@ -77,8 +87,8 @@ def up_main(args: argparse.Namespace) -> int:
         try:
             cfg = _prepare(cfg, run_dir, display, stop)
         except PrepareFailedError as e:
-            if stop["signal"] is not None:
-                display.info(f"received {signal.Signals(stop['signal']).name} during preparation: stopped; "
+            if stop.signal is not None:
+                display.info(f"received {signal.Signals(stop.signal).name} during preparation: stopped; "
                              f"logs in {run_dir / 'logs'}")
                 return 0
             display.error(str(e))
@@ -100,28 +110,26 @@ def up_main(args: argparse.Namespace) -> int:
     summary = _write_summary(run_dir, cfg, wall, code)
     if (run_dir / "metrics.jsonl").exists():
         try:
-            from rlvr.learner.report import summarize, write_plots
+            from rlvr.actors.report import summarize, write_plots
 
             summary = summarize(run_dir)
             display.info(f"plots: {len(write_plots(run_dir))} PNG files in {run_dir / 'plots'}")
         except Exception as e:  # a report must not turn a finished run into a failure
             display.error(f"report failed: {type(e).__name__}: {e}")
     display.finish(summary, run_dir)
-    if stop["signal"] is not None and code == 0:
+    if stop.signal is not None and code == 0:
         display.info("stopped on request; the run dir keeps logs, metrics and checkpoints")
     return code
 
 
-def _prepare(cfg: Config, run_dir: Path, display, stop: dict) -> Config:
+def _prepare(cfg: Config, run_dir: Path, display, stop: StopRequest) -> Config:
     """Run the config's preparation step (the built-in example builds and
     warms up its model here), in a child process, then point every role at
     the prepared model. The child has its own session, like the roles: a
     Ctrl-C reaches `up` alone, whose handler terminates the child through
-    ``stop["prepare"]``."""
+    ``stop.prepare``."""
     if cfg.learn.prepare is None:
         return cfg
-    import msgspec
-
     pre_config = run_dir / "config.pre.json"
     pre_config.write_bytes(dump_config(cfg))
     display.info("preparing the model (tokenizer, tiny Qwen2, cold-start SFT); log in logs/prepare.log")
@@ -130,11 +138,11 @@ def _prepare(cfg: Config, run_dir: Path, display, stop: dict) -> Config:
         env["OMP_NUM_THREADS"] = str(max(2, cfg.up.threads_per_process))
     with open(run_dir / "logs" / "prepare.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rlvr.learner.prepare", "--config", str(pre_config), "--run-dir", str(run_dir)],
+            [sys.executable, "-m", "rlvr.learner.example.prepare", "--config", str(pre_config), "--run-dir", str(run_dir)],
             stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True,
         )
-        stop["prepare"] = proc
-        if stop["signal"] is not None:  # the signal came while the child was starting
+        stop.prepare = proc
+        if stop.signal is not None:  # the signal came while the child was starting
             proc.terminate()
         assert proc.stdout is not None
         for raw in proc.stdout:
@@ -142,7 +150,7 @@ def _prepare(cfg: Config, run_dir: Path, display, stop: dict) -> Config:
             log.write(raw)
             if line.startswith("[sft]"):
                 display.info(line)
-        stop["prepare"] = None
+        stop.prepare = None
         if proc.wait() != 0:
             raise PrepareFailedError(f"preparation failed (exit {proc.returncode}); see {run_dir / 'logs' / 'prepare.log'}")
     info = json.loads((run_dir / "prepared.json").read_text())
@@ -162,8 +170,6 @@ class PrepareFailedError(RuntimeError):
 def _resolve_engine(cfg: Config, display) -> Config:
     """Fall back from vLLM to the HF engine when vLLM does not import here."""
     import importlib.util
-
-    import msgspec
 
     engine = cfg.rollout.engine
     tag = engine.__struct_config__.tag
@@ -212,9 +218,9 @@ def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Confi
     return Child(role, replica, proc, log_path)
 
 
-def _supervise(children: list[Child], stop: dict, display, cfg: Config) -> int:
+def _supervise(children: list[Child], stop: StopRequest, display, cfg: Config) -> int:
     learner = next(c for c in children if c.role == "learn")
-    while stop["signal"] is None:
+    while stop.signal is None:
         display.tick(children)
         rc = learner.proc.poll()
         if rc is not None:
@@ -227,7 +233,7 @@ def _supervise(children: list[Child], stop: dict, display, cfg: Config) -> int:
                 display.error(f"{c.replica} exited with {rc} while the run was going; see {c.log_path}")
                 return rc or 1
         time.sleep(0.5)
-    display.info(f"received {signal.Signals(stop['signal']).name}: stopping every role")
+    display.info(f"received {signal.Signals(stop.signal).name}: stopping every role")
     return 0
 
 

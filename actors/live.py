@@ -21,7 +21,7 @@ display to ``PlainDisplay`` lines for the rest of the run, and says so once.
 Full logs are in ``<run_dir>/logs`` already; this module only shows a view.
 
 Not covered: what a non-TTY shows (``rlvr.actors.display``), the summary
-table's contents (``format_summary``) and plots (``rlvr.learner.report``).
+table's contents (``format_summary``) and plots (``rlvr.actors.report``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
@@ -213,10 +214,11 @@ class StatusPoller:
         try:
             import anyio
 
-            from rlvr.actors.config import load_config
+            from rlvr.actors.config import SharedSections
             from rlvr.actors.status import collect_status
 
-            cfg = load_config(self.config_file)
+            # Only the shared sections: this view never imports a role's config.
+            cfg = msgspec.json.decode(self.config_file.read_bytes(), type=SharedSections)
             # Listen a little longer than one heartbeat period, to hear everyone.
             wait_s = cfg.bus.heartbeat_every_s + 0.3
         except Exception as e:  # noqa: BLE001 - a view must not take the run down
@@ -224,7 +226,7 @@ class StatusPoller:
             return
         while not self._stop.is_set():
             try:
-                self.latest = anyio.run(collect_status, cfg, wait_s)
+                self.latest = anyio.run(collect_status, cfg.run, cfg.nats, wait_s)
                 self.latest_at = time.monotonic()
                 self.error = ""
             except Exception as e:  # noqa: BLE001 - e.g. the server not up yet, or gone

@@ -1,7 +1,11 @@
-"""Run one role in this process: logging, tracing, the actor, the exit code.
+"""Run one role in this process: its config, logging, tracing, the actor, the exit code.
 
-Each role's module is imported here, late, so that the verifier role never
-imports torch (tests/actors/test_cli.py checks it).
+Each role's module is imported here, late, and a rollout or verifier process
+decodes only its own section of the run config (the shared sections are
+checked too; the other roles' sections are left to their roles and to `up`),
+so a verifier loads no rollout or learner module at all
+(tests/actors/test_role_imports.py checks a running one). The learner decodes
+the whole config: it publishes the resolved config for the run.
 """
 
 from __future__ import annotations
@@ -11,14 +15,43 @@ import sys
 from pathlib import Path
 
 import anyio
+import msgspec
 
 from rlvr.actors.bus import BusConnectError, default_replica_id
-from rlvr.actors.config import Config
+from rlvr.actors.config import SharedSections, convert_config, read_config
 from rlvr.actors.logs import configure_logging, get_logger
 from rlvr.actors.tracing import setup_tracing, shutdown_tracing
 
 
-def _factory(role: str, cfg: Config):
+ROLE_SECTIONS = ("rollout", "verify", "learn")
+OTHER_SECTIONS = ("up",)
+
+
+def load_role_config(role: str, path: str | Path | None, overrides: dict | None = None) -> SharedSections:
+    """The run config as ``role`` needs it: the whole ``Config`` for the
+    learner; for a rollout or verifier, the shared sections plus its own
+    (typed, unknown keys refused), the other sections kept as raw tables."""
+    raw, source = read_config(path, overrides)
+    if role == "learn":
+        from rlvr.actors.entry_config import Config
+
+        return convert_config(raw, Config, source)
+    if role == "verify":
+        from rlvr.verify.config import VerifyConfig as section
+    elif role == "rollout":
+        from rlvr.rollout.config import RolloutConfig as section
+    else:
+        raise ValueError(f"unknown role {role!r}")
+    fields = [(role, section, section())] + [
+        (other, dict, msgspec.field(default_factory=dict)) for other in ROLE_SECTIONS + OTHER_SECTIONS if other != role
+    ]
+    typ = msgspec.defstruct(
+        f"{role.title()}RunConfig", fields, bases=(SharedSections,), frozen=True, forbid_unknown_fields=True
+    )
+    return convert_config(raw, typ, source)
+
+
+def _factory(role: str, cfg):
     if role == "verify":
         from rlvr.verify.actor import VerifyActor
 
@@ -28,13 +61,17 @@ def _factory(role: str, cfg: Config):
 
         return lambda: RolloutActor(cfg.rollout)
     if role == "learn":
+        from rlvr.actors.entry_config import dump_config
         from rlvr.learner.actor import LearnActor
 
-        return lambda: LearnActor(cfg.learn, seed=cfg.seed, run_dir=os.environ.get("RLVR_RUN_DIR", ""))
+        return lambda: LearnActor(
+            cfg.learn, run=cfg.run, seed=cfg.seed, run_dir=os.environ.get("RLVR_RUN_DIR", ""), resolved_config=dump_config(cfg)
+        )
     raise ValueError(f"unknown role {role!r}")
 
 
-def run_role(role: str, cfg: Config, replica: str | None = None) -> int:
+def run_role(role: str, cfg, replica: str | None = None) -> int:
+    """Run ``role`` with ``cfg`` from ``load_role_config``; returns the exit code."""
     replica = replica or default_replica_id(role)
     obs = cfg.observability
     configure_logging(run=cfg.run, role=role, replica=replica, fmt=obs.log_format, level=obs.log_level)
@@ -53,11 +90,16 @@ def run_role(role: str, cfg: Config, replica: str | None = None) -> int:
     run_dir = os.environ.get("RLVR_RUN_DIR")
     trace_dir = Path(run_dir) / obs.trace_dir if run_dir and not Path(obs.trace_dir).is_absolute() else Path(obs.trace_dir)
     setup_tracing(service=role, replica=replica, run=cfg.run, exporter=obs.trace_exporter, trace_dir=trace_dir)
+    from functools import partial
+
     from rlvr.actors.runtime import serve
 
+    log.info("config_resolved", config=msgspec.to_builtins(cfg))
     ok = False
     try:
-        anyio.run(serve, cfg, replica, _factory(role, cfg))
+        anyio.run(
+            partial(serve, run=cfg.run, seed=cfg.seed, nats=cfg.nats, bus_cfg=cfg.bus, replica=replica, make_actor=_factory(role, cfg))
+        )
         ok = True
     except BusConnectError as e:
         log.error("cannot_connect", error=str(e))

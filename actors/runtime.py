@@ -26,7 +26,7 @@ import anyio
 import msgspec
 
 from rlvr.actors.bus import Bus
-from rlvr.actors.config import Config, dump_config
+from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.logs import get_logger
 from rlvr.protocol import Heartbeat, RunNames
 
@@ -45,13 +45,13 @@ class HeartbeatFields(msgspec.Struct):
 
 
 class ActorContext:
-    def __init__(self, bus: Bus, replica: str, stop: anyio.Event, config: Config) -> None:
+    def __init__(self, bus: Bus, replica: str, stop: anyio.Event, seed: int) -> None:
         self.bus = bus
         self.names: RunNames = bus.names
         self.replica = replica
         self.stop = stop
         self.started_at = time.time()
-        self.seed = config.seed
+        self.seed = seed
         self.state: str = "starting"
 
 
@@ -63,13 +63,18 @@ class RoleActor(Protocol):
     def heartbeat(self) -> HeartbeatFields: ...
 
 
-async def serve(config: Config, replica: str, make_actor: Callable[[], RoleActor]) -> None:
-    names = RunNames(config.run)
+async def serve(
+    *, run: str, seed: int, nats: NatsConfig, bus_cfg: BusConfig, replica: str, make_actor: Callable[[], RoleActor]
+) -> None:
+    """Run one role until it returns or a signal stops it. The role's own
+    start-up (the learner publishing the resolved config, say) is its business,
+    in its ``run``; this host knows only the run id, the seed and the bus."""
+    names = RunNames(run)
     actor = make_actor()
-    bus = await Bus.connect(config.nats.for_role(actor.role), config.bus, names, replica)  # its own user
+    bus = await Bus.connect(nats.for_role(actor.role), bus_cfg, names, replica)  # its own user
     stop = anyio.Event()
-    ctx = ActorContext(bus, replica, stop, config)
-    log.info("actor_start", nats=config.nats.url, pid=os.getpid(), config=msgspec.to_builtins(config))
+    ctx = ActorContext(bus, replica, stop, seed)
+    log.info("actor_start", nats=nats.url, pid=os.getpid())
     try:
         # Topology has one owner: the learner creates and updates it; every
         # other role waits for it and checks it, and never rewrites it.
@@ -78,11 +83,9 @@ async def serve(config: Config, replica: str, make_actor: Callable[[], RoleActor
         else:
             await bus.check_topology(actor.role)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, stop, tg.cancel_scope, config.bus.drain_timeout_s + 3)
-            tg.start_soon(_heartbeats, ctx, actor, config.bus.heartbeat_every_s)
+            tg.start_soon(_watch_signals, stop, tg.cancel_scope, bus_cfg.drain_timeout_s + 3)
+            tg.start_soon(_heartbeats, ctx, actor, bus_cfg.heartbeat_every_s)
             tg.start_soon(_watch_connection, bus, stop)
-            if actor.role == "learn":
-                await bus.kv_put("config", dump_config(config))
             ctx.state = "running"
             await actor.run(ctx)
             ctx.state = "draining"

@@ -14,18 +14,19 @@ import time
 import anyio
 import msgspec
 
-from rlvr.actors.config import Config
+from rlvr.actors.config import NatsConfig
 from rlvr.protocol import Heartbeat, MessageDecodeError, RunNames, decode
+from rlvr.protocol.subjects import KV_LEARNER, KV_LEARNER_LEASE, KV_POLICY_VERSION
 
 
-async def collect_status(cfg: Config, wait_s: float) -> dict:
+async def collect_status(run: str, nats_cfg: NatsConfig, wait_s: float) -> dict:
     import nats
 
-    names = RunNames(cfg.run)
     from rlvr.actors.secrets import connect_options
 
+    names = RunNames(run)
     # The same credentials and TLS as the roles, as the read-only `ops` user.
-    nats_cfg = cfg.nats.for_role("ops")
+    nats_cfg = nats_cfg.for_role("ops")
     nc = await nats.connect(
         [u.strip() for u in nats_cfg.url.split(",")],
         connect_timeout=max(1, int(nats_cfg.connect_timeout_s)),
@@ -33,7 +34,7 @@ async def collect_status(cfg: Config, wait_s: float) -> dict:
         **connect_options(nats_cfg),
     )
     try:
-        js = nc.jetstream(timeout=cfg.nats.request_timeout_s)
+        js = nc.jetstream(timeout=nats_cfg.request_timeout_s)
         replicas: dict[str, Heartbeat] = {}
 
         async def on_hb(msg) -> None:
@@ -50,7 +51,8 @@ async def collect_status(cfg: Config, wait_s: float) -> dict:
         for kind in ("TASKS", "ROLLOUTS", "SCORED", "WEIGHTS", "DEAD"):
             try:
                 info = await js.stream_info(names.stream(kind))
-                streams[kind] = {"messages": info.state.messages, "bytes": info.state.bytes}
+                streams[kind] = {"messages": info.state.messages, "bytes": info.state.bytes,
+                                 "first_seq": info.state.first_seq}
             except Exception as e:  # stream not created yet
                 streams[kind] = {"error": type(e).__name__}
         consumers = {}
@@ -66,14 +68,19 @@ async def collect_status(cfg: Config, wait_s: float) -> dict:
             except Exception as e:
                 consumers[durable] = {"error": type(e).__name__}
         version = None
+        learner: dict = {}
         try:
             kv = await js.key_value(names.kv_bucket)
-            version = int((await kv.get("policy_version")).value)
-        except Exception:  # no version published yet
-            pass
+        except Exception:  # the learner has not created the run's bucket yet
+            kv = None
+        if kv is not None:
+            version = await _kv_json(kv, KV_POLICY_VERSION)
+            learner["lease"] = await _kv_json(kv, KV_LEARNER_LEASE)
+            learner["progress"] = await _kv_json(kv, KV_LEARNER)
+        learner["retention_gap"] = _retention_gap(learner.get("progress"), streams.get("SCORED", {}))
         now = time.time()
         return {
-            "run": cfg.run,
+            "run": run,
             "policy_version": version,
             "replicas": [
                 {
@@ -90,9 +97,26 @@ async def collect_status(cfg: Config, wait_s: float) -> dict:
             ],
             "streams": streams,
             "consumers": consumers,
+            "learner": learner,
         }
     finally:
         await nc.close()
+
+
+async def _kv_json(kv, key: str):
+    try:
+        return json.loads((await kv.get(key)).value)
+    except Exception:  # absent (not written yet) or not JSON
+        return None
+
+
+def _retention_gap(progress: dict | None, scored: dict) -> int:
+    """Scored samples removed by retention before the learner's last checkpoint
+    settled them: SCORED's first sequence past the checkpointed floor (an upper
+    bound: samples settled above the floor are counted too)."""
+    if not progress or "first_seq" not in scored:
+        return 0
+    return max(0, int(scored["first_seq"]) - int(progress.get("floor", 1)))
 
 
 def dead_letter_summary(counters: dict[str, float]) -> str:
@@ -130,16 +154,27 @@ def format_status(st: dict) -> str:
     lines += ["", "consumers:"]
     for k, v in st["consumers"].items():
         lines.append(f"  {k:<8} " + ("  ".join(f"{a}={b}" for a, b in v.items())))
+    lines += ["", "learner:", "  " + format_learner(st.get("learner", {}))]
     return "\n".join(lines)
 
 
-def status_main(args: argparse.Namespace, cfg: Config) -> int:
+def format_learner(learner: dict) -> str:
+    lease, progress = learner.get("lease"), learner.get("progress")
+    held = (f"lease held by {lease['replica']} (pid {lease['pid']} on {lease['host']}), "
+            f"expires in {lease['expires_at'] - time.time():.0f}s" if lease else "no lease (no learner has started)")
+    done = (f"checkpointed step {progress['step']}, version {progress['version']}, floor {progress.get('floor', '?')}"
+            if progress else "no checkpoint yet")
+    gap = learner.get("retention_gap", 0)
+    return f"{held}; {done}" + (f"; RETENTION GAP: up to {gap} scored samples expired unsettled" if gap else "")
+
+
+def status_main(args: argparse.Namespace, run: str, nats_cfg: NatsConfig) -> int:
     try:
-        st = anyio.run(collect_status, cfg, args.wait)
+        st = anyio.run(collect_status, run, nats_cfg, args.wait)
     except Exception as e:
         from rlvr.actors.secrets import redact
 
-        print(redact(f"rlvr-actor status: cannot reach NATS at {cfg.nats.url}: {e!r}"))
+        print(redact(f"rlvr-actor status: cannot reach NATS at {nats_cfg.url}: {e!r}"))
         return 3
     print(json.dumps(st, indent=2, default=msgspec.to_builtins) if args.json else format_status(st))
     return 0

@@ -77,7 +77,7 @@ async def _main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model is None and args.engine != "trivial":
-            from rlvr.learner.tiny_model import build_tiny_model
+            from rlvr.learner.example.tiny_model import build_tiny_model
 
             model = str(build_tiny_model(Path(tmp) / "model"))
         engine = make_engine(_config(args, model or ""))

@@ -4,7 +4,7 @@ A full `rlvr-actor up` takes ~10 minutes on 2 cores; most of that is moving
 ~600 messages per step between processes. This script runs the same recipe
 in a single process at ~4 steps/s: the built-in config (actors/builtin.toml)
 with the command line's changes, the preparation step `up` runs (model build
-and cold-start SFT, learner/prepare.py), the learner's DeepSpeed engine with
+and cold-start SFT, learner/example/prepare.py), the learner's DeepSpeed engine with
 that config's engine settings for GRPO, the config's verifier called in
 process (exact match + 0.2 format), dynamic sampling, clip-higher, T=1,
 so a choice of learning rate, model or warm-up target can be tried in 3-5
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_recipe(args: argparse.Namespace):
     """The built-in config with the command line's changes (validated like any config)."""
-    from rlvr.actors.config import load_config
+    from rlvr.actors.entry_config import load_config
     from rlvr.actors.launcher import builtin_config_path
 
     chosen = {
@@ -85,7 +85,7 @@ class Recipe:
 
     def warm_up(self) -> Path:
         """The preparation step `up` runs, as it runs it."""
-        from rlvr.learner.prepare import prepare_tiny_arithmetic
+        from rlvr.learner.example.prepare import prepare_tiny_arithmetic
 
         info = prepare_tiny_arithmetic(self.cfg, self.out, log=lambda line: self.emit(phase="sft", line=line))
         self.emit(phase="sft_done", **info)

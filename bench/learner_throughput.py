@@ -134,7 +134,7 @@ def main() -> None:
 
     import torch
 
-    from rlvr.learner.engine_config import EngineConfig, OptimizerConfig
+    from rlvr.learner.engine_config import TrainEngineConfig, OptimizerConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp) / "model", args)
@@ -145,9 +145,9 @@ def main() -> None:
                     optimizer=OptimizerConfig(lr=1e-5), grad_clip=1.0)
         from rlvr.learner.engine import LearnerEngine
 
-        trainers = {"plain torch": PlainTorchTrainer(model_dir, EngineConfig(**base, zero_stage=0))}
+        trainers = {"plain torch": PlainTorchTrainer(model_dir, TrainEngineConfig(**base, zero_stage=0))}
         for stage in (0, 2):
-            trainers[f"deepspeed zero-{stage}"] = LearnerEngine(EngineConfig(**base, zero_stage=stage), seed=0)
+            trainers[f"deepspeed zero-{stage}"] = LearnerEngine(TrainEngineConfig(**base, zero_stage=stage), seed=0)
         results = timed_rounds(trainers, items, args)
         for trainer in trainers.values():
             trainer.close()

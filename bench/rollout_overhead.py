@@ -152,7 +152,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict:
 
     model = args.model
     if model is None and args.engine != "trivial":
-        from rlvr.learner.tiny_model import build_tiny_model
+        from rlvr.learner.example.tiny_model import build_tiny_model
 
         model = str(build_tiny_model(tmp / "model"))
     engine_cfg = _config(args, model or "")

@@ -27,6 +27,7 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -34,109 +35,174 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import Link
 
-from rlvr.actors.consume import Ack, Consumer, Delivery, Hold
+from rlvr.actors.consume import Ack, Consumer, Delivery, Hold, Term
 from rlvr.actors.logs import get_logger
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import span_context_from_headers, tracer
 from rlvr.learner.checkpoint import CheckpointStore, LearnerState, LedgerEntry
 from rlvr.learner.config import LearnConfig
 from rlvr.learner.datasets import load_splits
-from rlvr.learner.evaluation import Evaluator
+from rlvr.learner.eval_rounds import Evaluator
 from rlvr.learner.feeder import Feeder
 from rlvr.learner.groups import DropCounter, Group, GroupAssembler, filter_group
+from rlvr.learner.lease import LearnerLease
 from rlvr.learner.ledger import Ledger
 from rlvr.learner.metrics import MetricsWriter, batch_metrics
+from rlvr.learner.records import StepRecord
 from rlvr.learner.rollout_versions import RolloutVersions
 from rlvr.protocol import OUTCOMES, Scored, decode
+from rlvr.protocol.subjects import KV_CONFIG, KV_LEARNER
+from rlvr.protocol.validate import MessageInvalidError, check_token_ids_in_vocab
+
+if TYPE_CHECKING:
+    from rlvr.learner.trainer import Trainer
 
 log = get_logger("rlvr.learner")
 
 
 class LearnActor:
+    """The learner role. Its whole state is made in ``__init__`` (what needs
+    no bus and no disk) and ``_restore`` (the checkpoint, the datasets, the
+    engine and the parts that talk to the bus), and nowhere else."""
+
     role = "learn"
 
-    def __init__(self, cfg: LearnConfig, *, seed: int, run_dir: str = "") -> None:
+    def __init__(
+        self, cfg: LearnConfig, *, run: str, seed: int, run_dir: str = "", resolved_config: bytes = b""
+    ) -> None:
         self.cfg = cfg
         self.seed = seed
-        self.run_dir = run_dir
-        self.state = LearnerState()
-        self.consumer: Consumer[Scored] | None = None
-        self.trainer = None
-        self.last_metrics: dict[str, float] = {}
+        self.resolved_config = resolved_config  # published to the run's KV at start (redacted by the caller)
+        self.out = Path(cfg.out_dir or run_dir or f"runs/{run}")
         self.started = time.monotonic()
-
-    # --- set-up -------------------------------------------------------------------
-    async def run(self, ctx: ActorContext) -> None:
-        self.ctx = ctx
-        cfg = self.cfg
-        self.out = Path(cfg.out_dir or self.run_dir or f"runs/{ctx.names.run}")
-        self.store = CheckpointStore(self.out / "checkpoints")
-        loaded = self.store.load_latest()
-        self.state = loaded or LearnerState()
-        splits = await anyio.to_thread.run_sync(functools.partial(load_splits, cfg.dataset, seed=self.seed))
-        if cfg.engine is not None:
-            from rlvr.learner.trainer import Trainer
-
-            self.trainer = Trainer(cfg.engine, seed=self.seed)
-            await self.trainer.start(self.store.committed_engine_dir() if loaded else None)
+        self.state = LearnerState()
         self.ledger = Ledger(self.state.ledger)
         self.drops = DropCounter()
-        self.drops.samples.update(self.state.drops)
         # Verifier outcomes of every training sample received (kept or dropped), run totals.
-        self.outcomes = Counter(self.state.outcomes)
-        self.feeder = Feeder(
-            ctx.bus, splits.train, group_size=cfg.group_size, sampling=cfg.sampling,
-            max_inflight=cfg.inflight_limit, seed=self.seed, issued=self.state.issued,
-            curriculum=cfg.curriculum,
-        )
-        self.feeder.policy_version = self.state.version
-        self.evaluator = Evaluator(ctx.bus, splits.heldout, cfg.eval, cfg.sampling)
+        self.outcomes: Counter[str] = Counter()
         self.assembler = GroupAssembler(cfg.group_timeout_s)
-        self.held: dict[str, Msg] = {}
+        self.held: dict[str, Msg] = {}  # sample id -> its message, until its fate is settled
         # Fates since the last checkpoint, written to its ledger entry.
         self.step_trained: list[str] = []
         self.step_drops: dict[str, str] = {}
         self.span_ctx: dict[str, trace.SpanContext] = {}
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
-        self.metrics = MetricsWriter(self.out)
-        self.rollouts = RolloutVersions(ctx.bus)
+        self.last_record: StepRecord | None = None
+        # Made by _restore, once the bus and the checkpoint are at hand.
+        self._io: _LearnerIO | None = None
+        self.trainer: Trainer | None = None
+
+    @property
+    def io(self) -> _LearnerIO:
+        if self._io is None:
+            raise LearnerNotStartedError("the learner's bus-bound parts exist only inside run()")
+        return self._io
+
+    # --- set-up -------------------------------------------------------------------
+    async def _restore(self, ctx: ActorContext, lease: LearnerLease) -> bool:
+        """Load the last checkpoint (if any), the datasets and the engine; wire
+        the feeder, evaluator and consumer to the bus. True when resumed."""
+        cfg = self.cfg
+        store = CheckpointStore(self.out / "checkpoints")
+        loaded = store.load_latest()
+        if loaded is not None:
+            self.state = loaded
+            self.ledger = Ledger(loaded.ledger)
+            self.drops.samples.update(loaded.drops)
+            self.outcomes.update(loaded.outcomes)
+        await self._check_retention_gap(ctx)
+        splits = await anyio.to_thread.run_sync(functools.partial(load_splits, cfg.dataset, seed=self.seed))
+        if cfg.engine is not None:
+            from rlvr.learner.trainer import Trainer  # torch and DeepSpeed: not for a dry learner
+
+            self.trainer = Trainer(cfg.engine, seed=self.seed)
+            await self.trainer.start(store.committed_engine_dir() if loaded else None)
+        feeder = Feeder(
+            ctx.bus, splits.train, group_size=cfg.group_size, sampling=cfg.sampling,
+            max_inflight=cfg.inflight_limit, seed=self.seed, issued=self.state.issued,
+            curriculum=cfg.curriculum,
+            # A task's group normally completes or expires (group_timeout_s) long before this.
+            task_timeout_s=2 * cfg.group_timeout_s,
+        )
+        feeder.policy_version = self.state.version
         cd = ctx.bus.consumer_def("learn")
         # Pending samples are bounded by the tasks in flight, plus the groups
         # waiting for a step: never let the server's limit stall the learner.
         need = 4 * cfg.inflight_limit * cfg.group_size + cfg.eval.prompts * cfg.eval.n
         cd = msgspec.structs.replace(cd, max_ack_pending=max(cd.max_ack_pending, need))
-        self.consumer = Consumer(
+        consumer = Consumer(
             ctx.bus, cd, stage="learn", decode=lambda d: decode(d, Scored), handle=self.on_scored,
             concurrency=256, task_id_of=lambda s: s.sample.task_id,
-            start_seq=self.state.ledger.floor if loaded else None,
+            # Always from the checkpointed floor (1 before the first checkpoint): samples acked
+            # by a learner that died before committing them are delivered again, none is lost.
+            start_seq=self.state.ledger.floor,
+        )
+        # Off the event loop: it imports TensorBoard (and torch), seconds during which
+        # the loop could not renew the lease or answer the bus.
+        metrics = await anyio.to_thread.run_sync(MetricsWriter, self.out)
+        self._io = _LearnerIO(
+            ctx=ctx, store=store, lease=lease, feeder=feeder, consumer=consumer, metrics=metrics,
+            evaluator=Evaluator(ctx.bus, splits.heldout, cfg.eval, cfg.sampling), rollouts=RolloutVersions(ctx.bus),
         )
         log.info("learner_start", resumed_at_step=self.state.step if loaded else None,
                  train_tasks=len(splits.train), heldout=len(splits.heldout), trainer=cfg.engine is not None)
+        return loaded is not None
+
+    async def _check_retention_gap(self, ctx: ActorContext) -> None:
+        """Stop if SCORED's retention removed samples this learner never settled
+        (it was down longer than the stream keeps them), unless told to go on."""
+        floor = self.state.ledger.floor
+        info = await ctx.bus.js.stream_info(ctx.names.stream("SCORED"))
+        first = info.state.first_seq
+        if first <= floor:
+            return
+        settled = sum(1 for seq in self.ledger.committed.values() if floor <= seq < first)
+        lost = (first - floor) - settled
+        if lost <= 0:
+            return
+        what = (f"{lost} scored samples (stream sequences {floor} to {first - 1}) were removed by SCORED's "
+                f"retention (bus.scored_max_age_s / scored_max_bytes) before this learner trained them")
+        if not self.cfg.allow_retention_gap:
+            raise RetentionGapError(f"{what}; set learn.allow_retention_gap = true to continue without them")
+        log.warning("retention_gap", lost=lost, floor=floor, first_seq=first)
+        self.drops.samples["retention_gap"] += lost
+
+    async def run(self, ctx: ActorContext) -> None:
+        # Before the checkpoint is read: a second learner on this run must not load or write it.
+        lease = LearnerLease(ctx.bus, replica=ctx.replica, out_dir=str(self.out), ttl_s=self.cfg.lease_ttl_s)
+        await lease.acquire(wait_s=self.cfg.lease_ttl_s + 5)
         consumer_stop = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
-                await tg.start(self.consumer.run, consumer_stop)
-                await tg.start(self.rollouts.run)
+                tg.start_soon(lease.keep)  # from now on: restoring an engine can outlast the TTL
+                resumed = await self._restore(ctx, lease)
+                io = self.io
+                if self.resolved_config:
+                    await ctx.bus.kv_put(KV_CONFIG, self.resolved_config)
+                await tg.start(io.consumer.run, consumer_stop)
+                await tg.start(io.rollouts.run)
                 tg.start_soon(self._keep_held_alive)
                 tg.start_soon(self._expire_partial_groups)
-                await self._main(ctx, tg, resumed=loaded is not None)
+                await self._main(ctx, tg, resumed=resumed)
                 consumer_stop.set()
                 tg.cancel_scope.cancel()
         finally:
-            self.metrics.close()
+            if self._io is not None:
+                self._io.metrics.close()
 
     async def _main(self, ctx: ActorContext, tg: anyio.abc.TaskGroup, resumed: bool) -> None:
+        io = self.io
         with anyio.CancelScope() as scope:
             tg.start_soon(_cancel_on, ctx.stop, scope)
             if self.trainer is not None and self.state.version > 0:
                 await self._publish_weights()  # rollouts may hold older weights than the checkpoint
-            if self.evaluator.enabled and not any(e["label"] == "before" for e in self.state.eval_history):
+            if io.evaluator.enabled and not any(e.label == "before" for e in self.state.eval_history):
                 await self._evaluate("before")
-            tg.start_soon(self.feeder.run)
+            tg.start_soon(io.feeder.run)
             while self.state.step < self.cfg.steps:
                 await self._one_step()
-            self.feeder.paused = True
-            if self.evaluator.enabled:
+            io.feeder.paused = True
+            if io.evaluator.enabled:
                 await self._evaluate("after")
             await self._checkpoint(final=True)
             self._write_summary()
@@ -145,9 +211,9 @@ class LearnActor:
             log.info("learner_stopped", step=self.state.step, note="uncommitted steps will be replayed")
 
     # --- the step -----------------------------------------------------------------
-    async def _one_step(self) -> None:
-        cfg = self.cfg
-        t_wait = time.monotonic()
+    async def _next_batch(self) -> list[Group]:
+        """Take complete groups, filter them, until ``groups_per_step`` are kept."""
+        cfg, feeder = self.cfg, self.io.feeder
         batch: list[Group] = []
         while len(batch) < cfg.groups_per_step:
             group = await self.ready_recv.receive()
@@ -160,17 +226,23 @@ class LearnActor:
             for _, sc, reason in result.dropped:
                 await self._settle(sc.sample_id)
                 self.step_drops[sc.sample_id] = reason
-            self.feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members],
-                             group.members[0][1].sample.index)
+            feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members],
+                        group.members[0][1].sample.index)
             if result.kept:
                 batch.append(Group(group.group_id, group.size, result.kept, group.first_seen))
+        return batch
+
+    async def _one_step(self) -> None:
+        cfg = self.cfg
+        t_wait = time.monotonic()
+        batch = await self._next_batch()
         wait_s = time.monotonic() - t_wait
         scored = [[sc for _, sc in g.members] for g in batch]
         ids = [sc.sample_id for g in scored for sc in g]
         links = [Link(c) for sid in ids if (c := self.span_ctx.get(sid)) is not None]
         with tracer().start_as_current_span("learn.step", links=links) as span:
             t0 = time.monotonic()
-            metrics = await self.trainer.train(scored) if self.trainer else {}
+            engine_metrics = await self.trainer.train(scored) if self.trainer else {}
             train_s = time.monotonic() - t0
             self.state.step += 1
             span.set_attribute("rlvr.step", self.state.step)
@@ -183,20 +255,18 @@ class LearnActor:
             publish_s = 0.0
             if self.trainer and self.state.step % cfg.sync_every == 0:
                 publish_s = await self._publish_weights(bump=True)
-            engine_metrics = {("engine_step" if k == "step" else k): v for k, v in metrics.items()}
-            record = {
-                **stats, **engine_metrics, **self._run_totals(),
-                "step": self.state.step, "policy_version": self.state.version, "wait_s": wait_s,
-                "train_s": train_s, "publish_s": publish_s, "samples": len(ids), "groups": len(batch),
-                "samples_trained": self.state.samples_trained,
-            }
-            for k, v in record.items():
-                if isinstance(v, (int, float)):
-                    span.set_attribute(f"rlvr.{k}", v)
-        self.metrics.write(record)
-        self.last_metrics = record
-        log.info("step", **{k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()
-                            if k in ("step", "reward_mean", "samples", "wait_s", "train_s", "policy_version")})
+            record = StepRecord(
+                step=self.state.step, policy_version=self.state.version, wait_s=wait_s, train_s=train_s,
+                publish_s=publish_s, samples=len(ids), groups=len(batch), samples_trained=self.state.samples_trained,
+                batch=stats, engine=engine_metrics, totals=self._run_totals(),
+            )
+            flat = record.flat()
+            for k, v in flat.items():
+                span.set_attribute(f"rlvr.{k}", v)
+        self.io.metrics.write(flat)
+        self.last_record = record
+        log.info("step", step=record.step, reward_mean=round(stats.get("reward_mean", 0.0), 4), samples=record.samples,
+                 wait_s=round(wait_s, 4), train_s=round(train_s, 4), policy_version=record.policy_version)
         if self.state.step % cfg.checkpoint_every == 0:
             await self._checkpoint()
         if cfg.eval.every_steps and self.state.step % cfg.eval.every_steps == 0 and self.state.step < cfg.steps:
@@ -208,10 +278,11 @@ class LearnActor:
         seen_groups = total_groups + self.state.step * self.cfg.groups_per_step
         out["zero_variance_share"] = self.drops.groups["zero_variance"] / seen_groups if seen_groups else 0.0
         out.update({f"outcome_{o}": float(self.outcomes.get(o, 0)) for o in OUTCOMES})
+        out["drop_late_duplicate"] = float(self.ledger.late_duplicates)
         return out
 
     # --- custody, checkpoints, weights -----------------------------------------------
-    async def on_scored(self, scored: Scored, delivery: Delivery) -> Ack | Hold:
+    async def on_scored(self, scored: Scored, delivery: Delivery) -> Ack | Hold | Term:
         sid, seq = scored.sample_id, delivery.stream_seq
         if self.ledger.already_consumed(sid, seq) or sid in self.ledger.settled_uncommitted:
             return Ack()  # its fate is decided (before a restart, or earlier in this one)
@@ -222,13 +293,21 @@ class LearnActor:
             self.drops.samples["duplicate"] += 1
             return Ack()  # the same sample published twice: one copy is enough
         self.ledger.received(sid, seq)
+        if self.trainer is not None and self.trainer.engine is not None:
+            try:  # before the sample can reach the embedding (a device assert on a GPU)
+                check_token_ids_in_vocab(scored, self.trainer.engine.vocab_size)
+            except MessageInvalidError as e:
+                self.ledger.settle(sid)  # dropped for good, recorded in the next checkpoint
+                self.step_drops[sid] = "invalid"
+                self.drops.samples["invalid"] += 1
+                return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
         self.held[sid] = delivery.msg
         if (c := span_context_from_headers(delivery.headers)) is not None:
             self.span_ctx[sid] = c
         group = self.assembler.add(seq, scored)
         if group is not None:
             if group.purpose == "eval":
-                self.evaluator.add(group)
+                self.io.evaluator.add(group)
                 for _, sc in group.members:
                     await self._settle(sc.sample_id)
             else:
@@ -245,41 +324,47 @@ class LearnActor:
             await msg.ack()
 
     async def _checkpoint(self, final: bool = False) -> None:
-        self.state.issued = self.feeder.issued
+        io = self.io
+        self.state.issued = io.feeder.issued
         self.state.drops = dict(self.drops.samples)
         self.state.outcomes = dict(self.outcomes)
         if self.trainer is not None:
-            await self.trainer.save(self.store.engine_dir(self.state.commits + 1))
+            await self.trainer.save(io.store.engine_dir(self.state.commits + 1))
         ledger_state, consumed = self.ledger.commit()
         self.state.ledger = ledger_state
         entry = LedgerEntry(self.state.step, self.step_trained, self.step_drops)
-        await anyio.to_thread.run_sync(self.store.commit, self.state, entry)
+        await anyio.to_thread.run_sync(io.store.commit, self.state, entry)
         self.step_trained, self.step_drops = [], {}
-        await self.ctx.bus.kv_put("learner", json.dumps({"step": self.state.step, "version": self.state.version}).encode())
+        progress = {"step": self.state.step, "version": self.state.version, "floor": ledger_state.floor}
+        await io.ctx.bus.kv_put(KV_LEARNER, json.dumps(progress).encode())
         log.info("checkpoint", step=self.state.step, floor=ledger_state.floor, committed=len(consumed), final=final)
 
     async def _publish_weights(self, bump: bool = False) -> float:
+        assert self.trainer is not None
         t0 = time.monotonic()
         if bump:
             self.state.version += 1
         await self.trainer.publish(
-            self.ctx.bus, self.out / "weights", self.state.version, self.state.step, self.cfg.weights_transport
+            self.io.ctx.bus, self.out / "weights", self.state.version, self.state.step, self.cfg.weights_transport
         )
-        self.feeder.policy_version = self.state.version
+        self.io.feeder.policy_version = self.state.version
         return time.monotonic() - t0
 
     async def _evaluate(self, label: str) -> None:
+        io = self.io
         if label != "before" and self.trainer is not None:
-            await self.rollouts.wait_for_version(self.state.version, timeout_s=120)
+            await io.rollouts.wait_for_version(self.state.version, timeout_s=120)
         self.state.eval_rounds += 1
-        result = await self.evaluator.run_round(self.state.eval_rounds, label, self.state.version, timeout_s=self.cfg.eval.timeout_s)
-        result["step"] = self.state.step
+        result = await io.evaluator.run_round(
+            self.state.eval_rounds, label, self.state.version, timeout_s=self.cfg.eval.timeout_s, step=self.state.step
+        )
         self.state.eval_history.append(result)
-        self.metrics.write({"event": "eval", **result})
-        log.info("eval", **{k: v for k, v in result.items() if not isinstance(v, dict)})
+        flat = result.flat()
+        io.metrics.write({"event": "eval", **flat})
+        log.info("eval", **flat)
 
     async def _keep_held_alive(self) -> None:
-        every = self.ctx.bus.cfg.ack_wait_s / 3
+        every = self.io.ctx.bus.cfg.ack_wait_s / 3
         while True:
             await anyio.sleep(every)
             for msg in list(self.held.values()):
@@ -295,32 +380,59 @@ class LearnActor:
                     await self._settle(sc.sample_id)
                 if group.purpose == "train":
                     self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
-                    self.feeder.done(group.group_id)
+                    self.io.feeder.done(group.group_id)
 
     def _write_summary(self) -> None:
         evals = self.state.eval_history
-        before = next((e for e in evals if e["label"] == "before"), {})
-        after = next((e for e in reversed(evals) if e["label"] == "after"), {})
+        before = next((e for e in evals if e.label == "before"), None)
+        after = next((e for e in reversed(evals) if e.label == "after"), None)
         summary = {
-            "run": self.ctx.names.run, "steps": self.state.step, "samples_trained": self.state.samples_trained,
-            "policy_version": self.state.version, "pass_at_1_before": before.get("pass_at_1"),
-            "pass_at_1_after": after.get("pass_at_1"), "evals": evals, "drops": dict(self.drops.samples),
+            "run": self.io.ctx.names.run, "steps": self.state.step, "samples_trained": self.state.samples_trained,
+            "policy_version": self.state.version,
+            "pass_at_1_before": before.pass_at.get(1) if before else None,
+            "pass_at_1_after": after.pass_at.get(1) if after else None,
+            "evals": [e.flat() for e in evals],
+            "drops": {**self.drops.samples, "late_duplicate": self.ledger.late_duplicates},
             "verifier_outcomes": {o: self.outcomes.get(o, 0) for o in OUTCOMES},
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
         }
         (self.out / "learner_summary.json").write_text(json.dumps(summary, indent=2))
 
     def heartbeat(self) -> HeartbeatFields:
-        gauges = {k: float(v) for k, v in self.last_metrics.items() if isinstance(v, (int, float))}
-        gauges.update(held=float(len(getattr(self, "held", {}))),
-                      outstanding_tasks=float(len(self.feeder.outstanding)) if hasattr(self, "feeder") else 0.0)
+        gauges = {k: float(v) for k, v in self.last_record.flat().items()} if self.last_record else {}
+        gauges["held"] = float(len(self.held))
+        counters = {"step": float(self.state.step), "samples_trained": float(self.state.samples_trained),
+                    "drop_late_duplicate": float(self.ledger.late_duplicates),
+                    **{f"drop_{k}": float(v) for k, v in self.drops.samples.items()}}
+        if self._io is not None:
+            gauges["outstanding_tasks"] = float(len(self._io.feeder.outstanding))
+            # Dead letters by kind, poison pills (what `status` prints), and the feeder's retries.
+            counters.update({k: float(v) for k, v in self._io.consumer.stats.counters.items()})
+            counters.update({f"feeder_{k}": float(v) for k, v in self._io.feeder.counters.items()})
         return HeartbeatFields(
-            policy_version=self.state.version,
-            in_flight=len(getattr(self, "held", {})),
-            counters={"step": float(self.state.step), "samples_trained": float(self.state.samples_trained),
-                      **{f"drop_{k}": float(v) for k, v in getattr(self, "drops", DropCounter()).samples.items()}},
-            gauges=gauges,
+            policy_version=self.state.version, in_flight=len(self.held), counters=counters, gauges=gauges,
         )
+
+
+class _LearnerIO(msgspec.Struct):
+    """The learner's parts that talk to the bus or the disk, made together by ``_restore``."""
+
+    ctx: ActorContext
+    store: CheckpointStore
+    lease: LearnerLease
+    feeder: Feeder
+    consumer: Consumer[Scored]
+    metrics: MetricsWriter
+    evaluator: Evaluator
+    rollouts: RolloutVersions
+
+
+class RetentionGapError(RuntimeError):
+    """SCORED no longer holds samples the learner has not settled."""
+
+
+class LearnerNotStartedError(RuntimeError):
+    """A part made by ``_restore`` was used before ``run`` made it."""
 
 
 async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 
 from rlvr.learner.ledger import LedgerState
+from rlvr.learner.records import EvalResult
 
 
 class LearnerState(msgspec.Struct):
@@ -40,7 +41,7 @@ class LearnerState(msgspec.Struct):
     outcomes: dict[str, int] = {}  # verifier outcomes of the training samples received, run totals
     samples_trained: int = 0
     commits: int = 0  # checkpoints committed so far; names the ledger files
-    eval_history: list[dict] = []
+    eval_history: list[EvalResult] = []
     sft_done: bool = False
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
-from rlvr.learner.engine_config import EngineConfig
+from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.protocol.tasks import SamplingParams, VerifierSpec
 
 PositiveInt = Annotated[int, Meta(ge=1)]
@@ -31,7 +31,7 @@ class ArithmeticDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="ar
     holdout: Annotated[int, Meta(ge=0)] = 500
     # Write operands with leading zeros ("07+45="), so every prompt has the
     # same length and each digit the same position: a tiny model learns
-    # column arithmetic much faster (the experiment in DESIGN.md left-padded).
+    # column arithmetic much faster (the experiment in docs/design.md left-padded).
     pad_operands: bool = True
     # Verifier that scores the answers; "{gold}" in its params becomes the answer.
     verifier: VerifierSpec = VerifierSpec(name="exact", params={"gold": "{gold}"})
@@ -109,7 +109,7 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Attention heads; hidden / heads must be a head size vLLM's CPU attention supports (32, 64, ...).
     heads: Annotated[int, Meta(ge=1)] = 4
     # Tie the output head to the input embeddings. Off: tied, the tiny model's
-    # warm-up stalls on a loss plateau (learner/arith_model.py says what was measured).
+    # warm-up stalls on a loss plateau (learner/example/arith_model.py says what was measured).
     tie_embeddings: bool = False
     # Cold-start SFT: stop once greedy held-out pass@1 reaches this target...
     sft_target_pass_at_1: Annotated[float, Meta(ge=0, le=1)] = 0.2
@@ -129,7 +129,7 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    # Where training and held-out prompts come from: kind = "arithmetic" | "jsonl" | "shared".
+    # Where training and held-out prompts come from: kind = "arithmetic" | "jsonl" | "builtin".
     dataset: DatasetConfig = ArithmeticDataset()
     # Completions per prompt (the GRPO group size G).
     group_size: PositiveInt = 8
@@ -166,9 +166,16 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     prepare: PrepareConfig | None = None
     # The optimizer: DeepSpeed engine, algorithm and loss. Absent = a dry
     # learner that assembles, filters and reports but trains nothing.
-    engine: EngineConfig | None = None
+    engine: TrainEngineConfig | None = None
     # Where metrics.jsonl, checkpoints and summary.json go ("" = the run dir or ./runs/<run>).
     out_dir: str = ""
+    # One learner per run: its lease in the run's KV bucket expires this many seconds after
+    # its last renewal (renewed every third of it). A second learner waits that long, then refuses.
+    lease_ttl_s: Annotated[float, Meta(ge=1)] = 15.0
+    # SCORED's retention (bus.scored_max_age_s / scored_max_bytes) removed samples the learner
+    # had not settled (it was down too long): the learner stops and says how many. True
+    # continues without them, counting them as dropped "retention_gap".
+    allow_retention_gap: bool = False
 
     def __post_init__(self) -> None:
         # The learner recomputes log-probs at its engine's temperature; they

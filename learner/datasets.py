@@ -18,13 +18,14 @@ import gzip
 import json
 import random
 import re
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from rlvr.learner.config import ArithmeticDataset, BuiltinDataset, DatasetConfig, JsonlDataset
-from rlvr.protocol import VerifierSpec
+from rlvr.protocol import SamplingParams, Task, VerifierSpec
 
 
 class TaskSpec(msgspec.Struct, frozen=True):
@@ -35,6 +36,18 @@ class TaskSpec(msgspec.Struct, frozen=True):
     level: int | None = None
     # A reference response for supervised warm-up (the answer, or a worked solution).
     reference: str = ""
+
+    def to_task(
+        self, *, run: str, task_id: str, n: int, sampling: SamplingParams, policy_version: int,
+        purpose: Literal["train", "eval"] = "train",
+    ) -> Task:
+        """The Task that asks for ``n`` completions of this prompt (the feeder's
+        training tasks and the evaluation rounds' held-out tasks alike)."""
+        return Task(
+            run=run, task_id=task_id, dataset=self.dataset, index=self.index, prompt=self.prompt,
+            verifier=self.verifier, n=n, sampling=sampling, policy_version=policy_version,
+            created_at=time.time(), purpose=purpose, level=self.level,
+        )
 
 
 class DatasetError(ValueError):

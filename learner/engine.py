@@ -41,7 +41,7 @@ import torch
 from rlvr.actors.logs import get_logger
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
 from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
-from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, EngineConfig, Schedule
+from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
 from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
 
 LATEST = "LATEST"  # names the committed checkpoint tag; written atomically after the tag is complete
@@ -84,7 +84,7 @@ def lr_factor(step: int, schedule: Schedule) -> float:
     return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def deepspeed_config(cfg: EngineConfig) -> dict:
+def deepspeed_config(cfg: TrainEngineConfig) -> dict:
     """The DeepSpeed JSON config. Gradient accumulation is unmanaged: the
     engine decides how many micro-batches a step has, and each ``step()``
     call is the accumulation boundary."""
@@ -145,7 +145,7 @@ class _Metrics:
 
 
 class LearnerEngine:
-    def __init__(self, cfg: EngineConfig, *, seed: int) -> None:
+    def __init__(self, cfg: TrainEngineConfig, *, seed: int) -> None:
         ensure_dist_env()
         import deepspeed  # late: a few seconds of import, and only the learner needs it
         from transformers import AutoModelForCausalLM

@@ -53,7 +53,7 @@ Schedule = ConstantSchedule | CosineSchedule
 ExportDtype = Literal["bf16", "fp16", "fp32"]
 
 
-class EngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
+class TrainEngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
     model_path: str  # a Hugging Face model folder (config.json + weights)
     # DeepSpeed ZeRO stage: 0 plain data parallel; 1 shards optimizer states across ranks,
     # 2 also gradients, 3 also the parameters (for a model that does not fit on one GPU).
@@ -95,4 +95,4 @@ class EngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
     pad_token_id: Annotated[int, Meta(ge=0)] = 0
 
 
-__all__ = ["ConstantSchedule", "CosineSchedule", "EngineConfig", "ExportDtype", "OptimizerConfig", "Schedule"]
+__all__ = ["ConstantSchedule", "CosineSchedule", "TrainEngineConfig", "ExportDtype", "OptimizerConfig", "Schedule"]

@@ -131,18 +131,9 @@ class Feeder:
         spec = self.spec_for(k)
         if self.curriculum == "pass_rate":
             spec = self._prefer_informative(k, spec)
-        task = Task(
-            run=self.bus.names.run,
-            task_id=self.task_id(k),
-            dataset=spec.dataset,
-            index=spec.index,
-            prompt=spec.prompt,
-            verifier=spec.verifier,
-            n=self.group_size,
-            sampling=self.sampling,
+        task = spec.to_task(
+            run=self.bus.names.run, task_id=self.task_id(k), n=self.group_size, sampling=self.sampling,
             policy_version=self.policy_version,
-            created_at=time.time(),
-            level=spec.level,
         )
         await self._publish_with_retry(task)
         self.outstanding[task.task_id] = time.monotonic()

@@ -95,9 +95,6 @@ class GroupAssembler:
             self.seen.difference_update(sc.sample_id for _, sc in g.members)
         return expired
 
-    def pending_seqs(self) -> list[int]:
-        return [seq for g in self.open.values() for seq, _ in g.members]
-
 
 def filter_group(
     group: Group,

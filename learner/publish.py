@@ -18,6 +18,7 @@ from pathlib import Path
 from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
 from rlvr.protocol import WeightFile, WeightsAnnouncement
+from rlvr.protocol.subjects import KV_POLICY_VERSION
 
 log = get_logger("rlvr.learner.publish")
 
@@ -58,7 +59,7 @@ async def publish_weights(
         tied_embeddings=tied_embeddings,
     )
     await bus.publish(bus.names.weights, ann, msg_id=f"weights/{version}")
-    await bus.kv_put("policy_version", str(version).encode())
+    await bus.kv_put(KV_POLICY_VERSION, str(version).encode())
     if transport == "object_store":
         await _prune(bus, keep_from=version - 1)
     return ann

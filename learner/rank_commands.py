@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from rlvr.learner.batching import TrainBatchItem, check_item, pack_by_tokens, sft_items
-from rlvr.learner.engine_config import EngineConfig
+from rlvr.learner.engine_config import TrainEngineConfig
 
 
 class CommandBeforeStartError(RuntimeError):
@@ -46,7 +46,7 @@ class CommandBeforeStartError(RuntimeError):
 
 
 class Start(msgspec.Struct, frozen=True, tag=True):
-    cfg: EngineConfig
+    cfg: TrainEngineConfig
     seed: int
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from rlvr.actors.logs import get_logger
 from rlvr.learner.batching import TrainBatchItem
-from rlvr.learner.engine_config import EngineConfig
+from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.learner.rank_commands import (
     Command, CommandRunner, Export, Load, Ping, Save, Sft, Start, Stop, Train, decode, encode, merge_metrics,
     shard_sft, shard_train,
@@ -197,7 +197,7 @@ class RankGroup:
     """Rank 0's handle on all learner ranks: each operation is sent to the
     followers, run here, and, for steps, its metrics merged from every rank."""
 
-    def __init__(self, cfg: EngineConfig, seed: int) -> None:
+    def __init__(self, cfg: TrainEngineConfig, seed: int) -> None:
         self.cfg = cfg
         self.leader = lead()
         self.world = self.leader.world if self.leader else 1

@@ -7,9 +7,10 @@ advantages are computed per group (groups may have lost failed samples, so
 sizes differ), and the behaviour log-probs the rollout recorded travel with
 each item for truncated importance sampling.
 
-With several ranks (a launcher set WORLD_SIZE > 1) this is rank 0's handle:
-each operation goes through ``RankGroup``, which sends it to the follower
-ranks and trains on rank 0's share of the batch (learner/ranks.py).
+Alone (the usual case) each operation is a direct call on the engine. With
+several ranks (a launcher set WORLD_SIZE > 1) this is rank 0's handle: each
+operation goes through ``RankGroup``, which sends it to the follower ranks
+and trains on rank 0's share of the batch (learner/ranks.py).
 """
 
 from __future__ import annotations
@@ -23,33 +24,38 @@ import torch
 
 from rlvr.actors.bus import Bus
 from rlvr.learner.algos.advantages import compute_advantages
-from rlvr.learner.batching import TrainBatchItem
+from rlvr.learner.batching import TrainBatchItem, check_item
 from rlvr.learner.engine import LearnerEngine
-from rlvr.learner.engine_config import EngineConfig
+from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.learner.publish import publish_weights
-from rlvr.learner.ranks import RankGroup
+from rlvr.learner.ranks import RankGroup, world_size
 from rlvr.protocol import Scored
 
 
 class Trainer:
-    def __init__(self, cfg: EngineConfig, *, seed: int) -> None:
+    def __init__(self, cfg: TrainEngineConfig, *, seed: int) -> None:
         self.cfg = cfg
         self.seed = seed
-        self.ranks: RankGroup | None = None
+        self.engine: LearnerEngine | None = None  # this rank's engine (rank 0's when there are several)
+        self.ranks: RankGroup | None = None  # only with several ranks
         self._limiter = anyio.CapacityLimiter(1)
-
-    @property
-    def engine(self) -> LearnerEngine | None:
-        """This rank's engine (rank 0's when there are several)."""
-        return self.ranks.engine if self.ranks is not None else None
 
     async def _call(self, fn, *args, **kwargs):
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
 
+    def _engine(self) -> LearnerEngine:
+        if self.engine is None:
+            raise TrainerNotStartedError("Trainer.start() has not run, or close() has")
+        return self.engine
+
     async def start(self, resume_dir: Path | None) -> None:
-        self.ranks = await self._call(RankGroup, self.cfg, self.seed)
+        if world_size() > 1:
+            self.ranks = await self._call(RankGroup, self.cfg, self.seed)
+            self.engine = self.ranks.engine
+        else:
+            self.engine = await self._call(LearnerEngine, self.cfg, seed=self.seed)
         if resume_dir is not None:
-            await self._call(self.ranks.load, resume_dir)
+            await self.load(resume_dir)
 
     def items(self, groups: list[list[Scored]]) -> list[TrainBatchItem]:
         out = []
@@ -65,31 +71,45 @@ class Trainer:
         return await self.train_items(self.items(groups))
 
     async def train_items(self, items: list[TrainBatchItem]) -> dict[str, float]:
-        """One optimizer step on ``items`` (split across the ranks); the batch's metrics."""
-        assert self.ranks is not None
-        return await self._call(self.ranks.train, items)
+        """One optimizer step on ``items`` (split across the ranks when there are several); its metrics."""
+        for it in items:
+            check_item(it)  # a malformed item fails here, before the engine starts the step
+        if self.ranks is not None:
+            return await self._call(self.ranks.train, items)
+        return await self._call(self._engine().train_step, items)
 
     async def sft(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
-        assert self.ranks is not None
-        return await self._call(self.ranks.sft, pairs)
+        if self.ranks is not None:
+            return await self._call(self.ranks.sft, pairs)
+        return await self._call(self._engine().sft_step, pairs)
 
     async def save(self, directory: Path) -> None:
-        assert self.ranks is not None
-        await self._call(self.ranks.save, directory, {})
+        if self.ranks is not None:
+            return await self._call(self.ranks.save, directory, {})
+        await self._call(self._engine().save_checkpoint, directory, {})
+
+    async def load(self, directory: Path) -> None:
+        if self.ranks is not None:
+            return await self._call(self.ranks.load, directory)
+        await self._call(self._engine().load_checkpoint, directory)
 
     async def export(self, directory: Path) -> list[tuple[str, str, int]]:
         """Consolidated weights as safetensors in ``directory`` (written by rank 0 only)."""
-        assert self.ranks is not None
-        return await self._call(self.ranks.export, directory)
+        if self.ranks is not None:
+            return await self._call(self.ranks.export, directory)
+        return await self._call(self._engine().export_weights, directory)
 
     async def close(self) -> None:
-        """Stop the follower ranks and release the engine."""
+        """Stop the follower ranks (if any) and release the engine."""
         if self.ranks is not None:
             await self._call(self.ranks.close)
+        elif self.engine is not None:
+            await self._call(self.engine.close)
+        self.engine = self.ranks = None
 
     async def publish(self, bus: Bus, weights_root: Path, version: int, step: int, transport: str) -> None:
         """Export this version's weights and announce them; keep the last two exports."""
-        assert self.engine is not None
+        engine = self._engine()
         directory = weights_root / f"v{version}"
         files = await self.export(directory)
         # A complete HF folder (config, tokenizer): `rlvr-actor eval --checkpoint` loads it as is.
@@ -99,8 +119,12 @@ class Trainer:
         dtype = self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")
         await publish_weights(
             bus, directory, files, version=version, step=step, dtype=dtype,
-            tied_embeddings=self.engine.tied_embeddings, transport=transport,
+            tied_embeddings=engine.tied_embeddings, transport=transport,
         )
         for old in weights_root.glob("v*"):
             if old.name[1:].isdigit() and int(old.name[1:]) < version - 1:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+class TrainerNotStartedError(RuntimeError):
+    """An engine operation before ``start`` or after ``close``."""

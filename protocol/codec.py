@@ -8,7 +8,7 @@ version...). Actors turn that error into a dead letter; they never crash on it.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Union
 
 import msgspec
 
@@ -19,18 +19,13 @@ from rlvr.protocol.weights import WeightsAnnouncement
 
 T = TypeVar("T")
 
-# Highest major version this code understands, per message type.
-SUPPORTED_VERSION: dict[type, int] = {
-    Task: 1,
-    Sample: 1,
-    Scored: 1,
-    WeightsAnnouncement: 1,
-    Heartbeat: 1,
-    Control: 1,
-    DeadLetter: 1,
-}
+# Every wire message type, once: the union below and the decoders derive from it.
+MESSAGE_TYPES = (Task, Sample, Scored, WeightsAnnouncement, Heartbeat, Control, DeadLetter)
+Message = Union[MESSAGE_TYPES]  # built from the tuple above
 
-Message = Task | Sample | Scored | WeightsAnnouncement | Heartbeat | Control | DeadLetter
+# Highest major version this code understands, per message type (all at 1 so far;
+# raise one here when its type gains an incompatible version).
+SUPPORTED_VERSION: dict[type, int] = dict.fromkeys(MESSAGE_TYPES, 1)
 
 
 class MessageDecodeError(ValueError):

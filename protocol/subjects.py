@@ -122,4 +122,13 @@ class RunNames(Struct, frozen=True):
         ]
 
 
-__all__ = ["ConsumerDef", "InvalidRunIdError", "RunNames", "StreamDef", "validate_run_id"]
+# Keys of the run's KV bucket (``RunNames.kv_bucket``), all written by the learner.
+KV_CONFIG = "config"  # the resolved run config, secrets redacted
+KV_POLICY_VERSION = "policy_version"  # the last weights version announced
+KV_LEARNER = "learner"  # progress at the last checkpoint: step, version, ledger floor (JSON)
+KV_LEARNER_LEASE = "learner-lease"  # the learner holding the run (rlvr.learner.lease)
+
+__all__ = [
+    "KV_CONFIG", "KV_LEARNER", "KV_LEARNER_LEASE", "KV_POLICY_VERSION", "ConsumerDef", "InvalidRunIdError",
+    "RunNames", "StreamDef", "validate_run_id",
+]

@@ -1,6 +1,6 @@
 """Task: one prompt the learner's feeder asks the rollout pool to answer ``n`` times.
 
-Wire rules (see DESIGN.md, "Messages"): structs are frozen and tagged; ``v`` is
+Wire rules (see docs/design.md, "Messages"): structs are frozen and tagged; ``v`` is
 the *major* schema version and only changes on an incompatible edit. A new
 field always gets a default, so an older producer's message still decodes.
 Unknown fields are ignored on the wire (never ``forbid_unknown_fields`` here),

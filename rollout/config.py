@@ -6,12 +6,12 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
-from rlvr.rollout.engines.base import EngineConfig, TrivialEngineConfig
+from rlvr.rollout.engines.base import GenerationEngineConfig, TrivialEngineConfig
 
 
 class RolloutConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # The generation engine: kind = "vllm" | "hf" | "trivial", plus its options.
-    engine: EngineConfig = TrivialEngineConfig()
+    engine: GenerationEngineConfig = TrivialEngineConfig()
     # Tasks one replica works on at once (the engine batches them continuously).
     max_inflight_tasks: Annotated[int, Meta(ge=1)] = 8
     # Seconds between in_progress signals while a task is being generated.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything rlvr-actor needs in ./.venv, from nothing but Python 3.10+.
+# Set up everything rlvr-actor needs in ./.venv, from nothing but Python 3.11+.
 #
 #   bash scripts/bootstrap.sh          # the full install: all roles + tests
 #   RLVR_EXTRAS=verify bash scripts/bootstrap.sh   # a verifier-only box: no torch
@@ -12,6 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${RLVR_EXTRAS:-all,test}"
 PY="${PYTHON:-python3}"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || { echo "bootstrap: rlvr-actor needs Python 3.11+ ($PY is $("$PY" -V 2>&1)); set PYTHON=..." >&2; exit 1; }
 
 # System packages: g++ for DeepSpeed's run-time C++ extensions, bubblewrap
 # for the code sandbox. Installed when missing and we may (root + apt).

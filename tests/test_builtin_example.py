@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import msgspec
 
-from rlvr.actors.config import load_config
+from rlvr.actors.entry_config import load_config
 from rlvr.actors.launcher import builtin_config_path
 from rlvr.protocol import OUTCOMES
 from tests.conftest import REPO

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rlvr.actors.config import load_config
+from rlvr.actors.entry_config import load_config
 from tests.conftest import REPO
 
 CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml"]
@@ -28,7 +28,7 @@ CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml"]
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from rlvr.learner.tiny_model import build_tiny_model
+    from rlvr.learner.example.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", hidden=64, layers=1, heads=2)
 

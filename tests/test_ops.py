@@ -96,7 +96,7 @@ def test_k8s_kustomization_renders_with_kubectl() -> None:
 
 @needs_yaml
 def test_k8s_run_config_is_a_valid_run_config(tmp_path: Path) -> None:
-    from rlvr.actors.config import load_config
+    from rlvr.actors.entry_config import load_config
 
     doc = yaml.safe_load((OPS / "k8s" / "config.yaml").read_text())
     path = tmp_path / "run.toml"

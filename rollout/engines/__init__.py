@@ -6,7 +6,7 @@ chosen backend.
 
 from rlvr.rollout.engines.base import (
     Engine,
-    EngineConfig,
+    GenerationEngineConfig,
     EngineDeadError,
     Generation,
     GroupResult,
@@ -20,7 +20,7 @@ from rlvr.rollout.engines.base import (
 
 __all__ = [
     "Engine",
-    "EngineConfig",
+    "GenerationEngineConfig",
     "EngineDeadError",
     "Generation",
     "GroupResult",

@@ -152,10 +152,10 @@ class TrivialEngineConfig(
     hold_file: str = ""
 
 
-EngineConfig = HFEngineConfig | VLLMEngineConfig | TrivialEngineConfig
+GenerationEngineConfig = HFEngineConfig | VLLMEngineConfig | TrivialEngineConfig
 
 
-def make_engine(cfg: EngineConfig) -> Engine:
+def make_engine(cfg: GenerationEngineConfig) -> Engine:
     """Build (not start) the engine a config names; heavy imports happen here."""
     match cfg:
         case TrivialEngineConfig():
@@ -217,7 +217,7 @@ def cut_at_stop(tokenizer: Any, ids: list[int], stop: tuple[str, ...]) -> tuple[
 
 __all__ = [
     "Engine",
-    "EngineConfig",
+    "GenerationEngineConfig",
     "EngineDeadError",
     "Generation",
     "GroupResult",

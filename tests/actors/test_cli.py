@@ -28,7 +28,7 @@ def test_help_answers_and_imports_nothing_heavy():
 
 def test_verify_role_never_imports_torch():
     mods = _modules_after(
-        "from rlvr.actors.config import load_config\n"
+        "from rlvr.actors.entry_config import load_config\n"
         "from rlvr.actors.roles import _factory\n"
         "actor = _factory('verify', load_config(None))()\n"
         "import rlvr.verify.math, rlvr.verify.code, rlvr.verify.pool\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.actors.config import ConfigError, dump_config, load_config
+from rlvr.actors.entry_config import ConfigError, dump_config, load_config
 from rlvr.actors.launcher import builtin_config_path
 
 

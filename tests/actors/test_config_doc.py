@@ -11,7 +11,7 @@ import pytest
 from msgspec import Meta
 
 from rlvr.actors.cli import main
-from rlvr.actors.config import Config
+from rlvr.actors.entry_config import Config
 from rlvr.actors.config_doc import config_doc, field_comments, undocumented
 
 
@@ -43,7 +43,7 @@ def _documented_rows(doc: str) -> dict[tuple[str, str], str]:
 
 @pytest.fixture(scope="module")
 def doc() -> str:
-    return config_doc()
+    return config_doc(Config)
 
 
 def test_every_field_of_every_reachable_struct_appears(doc):
@@ -120,5 +120,5 @@ def test_cli_prints_the_reference(capsys):
 
 
 def test_every_config_field_is_documented():
-    missing = undocumented()
+    missing = undocumented(Config)
     assert missing == [], "config fields without a comment:\n" + "\n".join(missing)

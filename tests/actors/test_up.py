@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from rlvr.actors.config import load_config
+from rlvr.actors.entry_config import load_config
 from rlvr.actors.launcher import builtin_config_path
 from tests.conftest import REPO, wait_for, write_config
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from safetensors import safe_open
 
-from rlvr.learner.arith_model import VOCAB_SIZE, build_arith_model
+from rlvr.learner.example.arith_model import VOCAB_SIZE, build_arith_model
 
 
 def _weights(folder) -> set[str]:

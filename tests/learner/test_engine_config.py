@@ -6,14 +6,14 @@ import msgspec
 import pytest
 
 from rlvr.learner.engine import deepspeed_config, lr_factor
-from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, EngineConfig
+from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig
 
 
 def test_unknown_keys_are_rejected_by_name():
     with pytest.raises(msgspec.ValidationError, match="zero_stag"):
-        msgspec.convert({"model_path": "m", "zero_stag": 2}, EngineConfig)
+        msgspec.convert({"model_path": "m", "zero_stag": 2}, TrainEngineConfig)
     with pytest.raises(msgspec.ValidationError, match="eps_hi"):
-        msgspec.convert({"model_path": "m", "loss": {"eps_hi": 0.3}}, EngineConfig)
+        msgspec.convert({"model_path": "m", "loss": {"eps_hi": 0.3}}, TrainEngineConfig)
 
 
 def test_config_decodes_tagged_schedule_and_nested_loss():
@@ -24,7 +24,7 @@ def test_config_decodes_tagged_schedule_and_nested_loss():
             "schedule": {"type": "cosine", "total_steps": 100, "warmup_steps": 10},
             "loss": {"aggregation": "seq-mean-token-sum-norm", "norm_length": 512, "dual_clip_c": 3.0},
         },
-        EngineConfig,
+        TrainEngineConfig,
     )
     assert cfg.schedule == CosineSchedule(total_steps=100, warmup_steps=10)
     assert cfg.loss.norm_length == 512 and cfg.loss.eps_high == 0.28

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlvr.learner.engine import TrainBatchItem
-from tests.learner.test_engine_zero2 import batch, make_engine, model_dir, weights  # noqa: F401 (fixture)
+from tests.learner.engine_helpers import batch, make_engine, weights
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -21,7 +21,7 @@ def _poisoned(seed: int) -> list[TrainBatchItem]:
 
 
 @pytest.mark.parametrize("zero_stage", [0, 2])
-def test_a_non_finite_loss_skips_the_step_counts_it_and_leaves_the_weights_as_they_were(model_dir, zero_stage):  # noqa: F811
+def test_a_non_finite_loss_skips_the_step_counts_it_and_leaves_the_weights_as_they_were(model_dir, zero_stage):
     engine = make_engine(model_dir, zero_stage=zero_stage)
     before = weights(engine)
     metrics = engine.train_step(_poisoned(0))

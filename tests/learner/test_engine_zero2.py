@@ -7,53 +7,21 @@ the update, and a checkpoint restore continues bit for bit."""
 import hashlib
 import json
 import math
-import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM
 
 from rlvr.learner.algos.policy_loss import PolicyLossConfig
-from rlvr.learner.engine import LearnerEngine, TrainBatchItem
-from rlvr.learner.engine_config import CosineSchedule, EngineConfig, OptimizerConfig
+from rlvr.learner.engine import TrainBatchItem
+from rlvr.learner.engine_config import CosineSchedule
+from tests.learner.engine_helpers import (
+    VOCAB, assert_export_loads_with_engine_logprobs, batch, make_engine, weights,
+)
 
-VOCAB = 64
 # torch.distributed deprecation notices raised inside DeepSpeed
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=128,
-    )
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    return path
-
-
-def make_engine(model_dir, **overrides) -> LearnerEngine:
-    fields = dict(model_path=str(model_dir), zero_stage=2, micro_batch_tokens=48, optimizer=OptimizerConfig(lr=1e-2))
-    fields.update(overrides)
-    return LearnerEngine(EngineConfig(**fields), seed=0)
-
-
-def batch(seed: int) -> list[TrainBatchItem]:
-    """Six samples of different lengths with behaviour log-probs near the model's."""
-    gen = torch.Generator().manual_seed(seed)
-    items = []
-    for i, n in enumerate([3, 9, 5, 12, 4, 7]):
-        completion = torch.randint(0, VOCAB, (n,), generator=gen).tolist()
-        behaviour = (-math.log(VOCAB) + 0.3 * torch.randn(n, generator=gen)).tolist()
-        items.append(TrainBatchItem([1, 2, 3 + i], completion, behaviour, 1.0 if i % 2 else -1.0, f"t{seed}/{i}"))
-    return items
-
-
-def weights(engine: LearnerEngine) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in engine.full_state_dict().items()}
 
 
 def test_train_steps_raise_positive_and_lower_negative_advantage_completions(model_dir):
@@ -99,22 +67,13 @@ def test_logprobs_at_temperature_equal_log_softmax_of_scaled_logits(model_dir):
 def test_exported_safetensors_load_in_transformers_with_the_engines_logprobs(model_dir, tmp_path):
     engine = make_engine(model_dir, temperature=0.8)
     engine.train_step(batch(0))
-    files = engine.export_weights(tmp_path / "w")
+    files = assert_export_loads_with_engine_logprobs(engine, model_dir, tmp_path / "w", temperature=0.8)
     assert [name for name, _, _ in files] == ["model.safetensors"]
     for name, digest, size in files:
         data = (tmp_path / "w" / name).read_bytes()
         assert hashlib.sha256(data).hexdigest() == digest and len(data) == size
     tensors = load_file(tmp_path / "w" / "model.safetensors")
-    assert "lm_head.weight" in tensors and torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"])
     assert all(t.dtype == torch.float32 for t in tensors.values())
-
-    shutil.copy(model_dir / "config.json", tmp_path / "w" / "config.json")
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "w", dtype=torch.float32).eval()
-    prompt, completion = [1, 2, 3], [9, 8, 7, 6, 5]
-    with torch.no_grad():
-        logits = loaded(torch.tensor([prompt + completion])).logits[0, 2:-1] / 0.8
-    hf = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
-    assert torch.allclose(hf, torch.tensor(engine.logprobs(prompt, completion)), atol=1e-4)
     engine.close()
 
 

@@ -3,17 +3,13 @@ and plain ``state_dict()`` is empty: training moves the policy, the
 consolidated export loads in transformers with the engine's log-probs, and
 a checkpoint restore continues bit for bit."""
 
-import shutil
-
 import pytest
 import torch
-from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rlvr.learner.engine import LearnerEngine, TrainBatchItem
-from rlvr.learner.engine_config import CosineSchedule, EngineConfig, OptimizerConfig
+from rlvr.learner.engine_config import CosineSchedule, OptimizerConfig, TrainEngineConfig
+from tests.learner.engine_helpers import VOCAB, assert_export_loads_with_engine_logprobs
 
-from tests.learner.test_engine_zero2 import VOCAB, model_dir  # noqa: F401 (the shared tiny-model fixture)
 # torch.distributed deprecation notices raised inside DeepSpeed
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -24,7 +20,7 @@ def make_engine(model_dir, **overrides) -> LearnerEngine:
         optimizer=OptimizerConfig(lr=1e-2), schedule=CosineSchedule(total_steps=5, warmup_steps=1),
     )
     fields.update(overrides)
-    return LearnerEngine(EngineConfig(**fields), seed=0)
+    return LearnerEngine(TrainEngineConfig(**fields), seed=0)
 
 
 def batch(seed: int) -> list[TrainBatchItem]:
@@ -51,16 +47,7 @@ def test_zero3_trains_and_exports_consolidated_weights_that_match_its_logprobs(m
     assert all(t.numel() > 0 for t in trained.values())  # gathered, not empty partitions
     assert any(not torch.equal(initial[k], trained[k]) for k in trained)
 
-    files = engine.export_weights(tmp_path / "w")
-    tensors = load_file(tmp_path / "w" / files[0][0])
-    assert torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"])
-    shutil.copy(model_dir / "config.json", tmp_path / "w" / "config.json")
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "w", dtype=torch.float32).eval()
-    prompt, completion = [1, 2, 3], [9, 8, 7, 6, 5]
-    with torch.no_grad():
-        logits = loaded(torch.tensor([prompt + completion])).logits[0, 2:-1] / 0.9
-    hf = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
-    assert torch.allclose(hf, torch.tensor(engine.logprobs(prompt, completion)), atol=1e-4)
+    assert_export_loads_with_engine_logprobs(engine, model_dir, tmp_path / "w", temperature=0.9)
     engine.close()
 
 

@@ -9,12 +9,13 @@ import signal
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from rlvr.learner.checkpoint import CheckpointStore
-from rlvr.learner.tiny_model import build_tiny_model
+from rlvr.learner.example.tiny_model import build_tiny_model
 from rlvr.protocol import WeightsAnnouncement
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
@@ -87,12 +88,12 @@ def test_learner_trains_from_scored_stream_and_broadcasts_weights_a_rollout_engi
 
     # ...and its log-probs are those of the learner's weights (its last checkpoint).
     from rlvr.learner.engine import LearnerEngine
-    from rlvr.learner.engine_config import EngineConfig
+    from rlvr.learner.engine_config import TrainEngineConfig
 
     store = CheckpointStore(tmp_path / f"out-{run}" / "checkpoints")
     state = store.load_latest()
     assert state is not None and state.step == 2 and state.version == 2
-    learner = LearnerEngine(EngineConfig(model_path=str(tiny_model), zero_stage=zero_stage), seed=0)
+    learner = LearnerEngine(TrainEngineConfig(model_path=str(tiny_model), zero_stage=zero_stage), seed=0)
     learner.load_checkpoint(store.engine_dir(state.commits))
     for gen in result.generations:
         expected = learner.logprobs(result.prompt_ids, gen.ids)
@@ -179,3 +180,32 @@ def test_learner_exits_0_on_sigterm(actors, nats_server, tmp_path):
     wait_for(lambda: bus.stream_count("TASKS") > 0, what="the feeder publishing tasks")
     actors.kill("learn-0", signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
+
+
+def test_token_ids_outside_the_vocabulary_are_dead_lettered_and_the_learner_trains_on(
+    actors, nats_server, tmp_path, tiny_model
+):
+    """An id past the embedding would be a device-side assert on a GPU, replayed
+    after every restart: the learner refuses the sample (dead letter, counted
+    drop in its ledger) and trains on the good groups."""
+    from rlvr.protocol import Completion, DeadLetter
+
+    run = "oov"
+    vocab = _vocab(tiny_model)
+    bus = BusClient(nats_server.url, run)
+    cfg = learner_config(tmp_path, run, tiny_model, zero_stage=2, steps=1, groups_per_step=1)
+    proc = actors.start("learn", cfg, "learn-0")
+    bus.wait_heartbeat(lambda hb: hb.role == "learn" and hb.state == "running", timeout_s=120)
+    bad_group, good_group = scored_groups(run, 2, vocab=vocab)[:4], scored_groups(run, 2, vocab=vocab)[4:]
+    sample = msgspec.structs.replace(bad_group[0].sample, completion=Completion([vocab + 7, 3], [-1.0, -1.0]))
+    bad = msgspec.structs.replace(bad_group[0], sample=sample)
+    bus.publish(bus.names.scored, bad, msg_id=bad.sample_id)
+    for sc in good_group:
+        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+    assert proc.wait(timeout=300) == 0, actors.log_text("learn-0")[-3000:]
+
+    letters = bus.decoded("DEAD", DeadLetter)
+    assert len(letters) == 1 and "outside the learner's vocabulary" in letters[0].reason
+    entries = CheckpointStore(tmp_path / f"out-{run}" / "checkpoints").ledger_entries()
+    assert {sid: r for e in entries for sid, r in e.dropped.items()} == {bad.sample_id: "invalid"}
+    assert sorted(sid for e in entries for sid in e.trained) == sorted(sc.sample_id for sc in good_group)

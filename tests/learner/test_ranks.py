@@ -67,12 +67,12 @@ def test_shards_carry_global_normalisers_and_the_busiest_micro_batch_count():
 
 
 def test_sft_shards_and_the_start_command_survive_the_wire():
-    from rlvr.learner.engine_config import CosineSchedule, EngineConfig
+    from rlvr.learner.engine_config import CosineSchedule, TrainEngineConfig
 
     pairs = [([1, 2], [3, 4, 5]), ([1], [6]), ([2, 2, 2], [7, 8])]
     sft = shard_sft(pairs, 2, MICRO_BATCH_TOKENS)
     assert [s.pairs for s in sft] == [pairs[0::2], pairs[1::2]] and all(s.num_tokens == 6 / 2 for s in sft)
-    start = Start(EngineConfig(model_path="/m", zero_stage=3, schedule=CosineSchedule(total_steps=9)), seed=7)
+    start = Start(TrainEngineConfig(model_path="/m", zero_stage=3, schedule=CosineSchedule(total_steps=9)), seed=7)
     assert [decode(encode(c)) for c in (*sft, start)] == [*sft, start]
 
 
@@ -97,7 +97,7 @@ def test_merged_metrics_give_the_batch_loss_and_token_weighted_means():
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from rlvr.learner.tiny_model import build_tiny_model
+    from rlvr.learner.example.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden=64, layers=1, heads=2)
 
@@ -212,6 +212,23 @@ def _executed(event: dict) -> dict[str, int]:
 
 
 @pytest.mark.timeout(240)
+def _signal_leader(tmp_path: Path, model: Path, zero_stage: int, mode: str, timeout_s: float, sig: int):
+    """Start rank 0 (``mode``) and one follower, send ``sig`` to rank 0 once
+    it is ready, and wait for the follower: its exit code and how long it took."""
+    cfg = _engine_config(tmp_path, model, zero_stage)
+    port = _free_port()
+    leader = _lead(tmp_path, "rank0", cfg, _env(0, 2, port, timeout_s), mode)
+    follower = _follow(tmp_path, "rank1", _env(1, 2, port, timeout_s))
+    try:
+        _wait_ready(leader, tmp_path / "rank0.log")
+        os.kill(leader.pid, sig)
+        t0 = time.monotonic()
+        code = follower.wait(timeout=timeout_s + 30)
+        return code, time.monotonic() - t0
+    finally:
+        _reap(leader, follower)
+
+
 def test_zero2_ranks_train_like_one_process_and_stop_cleanly(tmp_path, tiny_model, single_process):
     cfg = _engine_config(tmp_path, tiny_model, 2)
     port = _free_port()
@@ -234,18 +251,7 @@ def test_zero3_ranks_train_like_one_process_and_exit_when_rank0_is_killed(tmp_pa
     step is empty, so it runs padding only), then SIGKILL rank 0 while the
     follower waits for its next command: its sockets close, noticed at once."""
     timeout_s = 8.0
-    cfg = _engine_config(tmp_path, tiny_model, 3)
-    port = _free_port()
-    leader = _lead(tmp_path, "rank0", cfg, _env(0, 2, port, timeout_s), "train-then-wait")
-    follower = _follow(tmp_path, "rank1", _env(1, 2, port, timeout_s))
-    try:
-        _wait_ready(leader, tmp_path / "rank0.log")
-        os.kill(leader.pid, signal.SIGKILL)
-        t0 = time.monotonic()
-        code = follower.wait(timeout=timeout_s + 30)
-        waited = time.monotonic() - t0
-    finally:
-        _reap(leader, follower)
+    code, waited = _signal_leader(tmp_path, tiny_model, 3, "train-then-wait", timeout_s, signal.SIGKILL)
     # (c) a non-zero exit within the command timeout, having run every step (a).
     assert code == EXIT_LEADER_LOST and waited < timeout_s
     lost = _events(tmp_path / "rank1.log", "leader_lost")
@@ -259,18 +265,7 @@ def test_follower_times_out_when_rank0_freezes(tmp_path, tiny_model):
     the command timeout ends the follower's wait. Rank 0 only joins the
     ranks here (no engine), which keeps the test cheap."""
     timeout_s = 4.0
-    cfg = _engine_config(tmp_path, tiny_model, 2)
-    port = _free_port()
-    leader = _lead(tmp_path, "rank0", cfg, _env(0, 2, port, timeout_s), "join-then-wait")
-    follower = _follow(tmp_path, "rank1", _env(1, 2, port, timeout_s))
-    try:
-        _wait_ready(leader, tmp_path / "rank0.log")
-        os.kill(leader.pid, signal.SIGSTOP)
-        t0 = time.monotonic()
-        code = follower.wait(timeout=timeout_s + 30)
-        waited = time.monotonic() - t0
-    finally:
-        _reap(leader, follower)
+    code, waited = _signal_leader(tmp_path, tiny_model, 2, "join-then-wait", timeout_s, signal.SIGSTOP)
     assert code == EXIT_LEADER_LOST
     # The last keep-alive came up to a quarter timeout before the freeze.
     assert timeout_s / 2 <= waited < timeout_s + 15
@@ -299,10 +294,10 @@ def _drive(cfg_path: str, out: str, mode: str) -> None:
     import anyio
     import msgspec
 
-    from rlvr.learner.engine_config import EngineConfig
+    from rlvr.learner.engine_config import TrainEngineConfig
     from rlvr.learner.trainer import Trainer
 
-    cfg = msgspec.json.decode(Path(cfg_path).read_bytes(), type=EngineConfig)
+    cfg = msgspec.json.decode(Path(cfg_path).read_bytes(), type=TrainEngineConfig)
     out_dir = Path(out)
     vocab = json.loads((Path(cfg.model_path) / "config.json").read_text())["vocab_size"]
 

@@ -53,7 +53,7 @@ def loop() -> Iterator[LoopThread]:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rlvr.learner.tiny_model import build_tiny_model
+    from rlvr.learner.example.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.learner.tiny_model import build_tiny_model
+from rlvr.learner.example.tiny_model import build_tiny_model
 
 
 def test_tiny_model_is_self_consistent(tiny_model):

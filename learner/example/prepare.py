@@ -9,7 +9,7 @@ initialises torch.distributed) when the config has ``[learn.prepare]``:
    at ``sft_lr`` with warm-up, loss on the answer tokens only;
 3. stop on a target, not a step count: greedy pass@1 on held-out prompts is
    checked every ``sft_check_every`` steps and the warm-up ends once it
-   reaches ``sft_target_pass_at_1`` (DESIGN.md: the jump from ~10% to ~60%
+   reaches ``sft_target_pass_at_1`` (docs/design.md: the jump from ~10% to ~60%
    happens at a seed-dependent step, so a fixed count over- or undershoots);
 4. export the warmed-up weights as an HF folder: version 0 of the policy,
    which the rollout replicas load and the RL learner starts from.
@@ -28,18 +28,18 @@ import sys
 import time
 from pathlib import Path
 
-from rlvr.actors.config import Config, load_config
+from rlvr.actors.entry_config import Config, load_config
 from rlvr.actors.lifeline import follow_up
 
 
 def prepare_tiny_arithmetic(cfg: Config, run_dir: Path, log=print) -> dict:
     from transformers import AutoTokenizer
 
-    from rlvr.learner.arith_model import build_arith_model
+    from rlvr.learner.example.arith_model import build_arith_model
     from rlvr.learner.datasets import load_splits
     from rlvr.learner.engine import LearnerEngine
-    from rlvr.learner.engine_config import ConstantSchedule, EngineConfig, OptimizerConfig
-    from rlvr.learner.greedy import greedy_accuracy
+    from rlvr.learner.engine_config import ConstantSchedule, TrainEngineConfig, OptimizerConfig
+    from rlvr.learner.example.greedy import greedy_accuracy
 
     p = cfg.learn.prepare
     assert p is not None
@@ -53,7 +53,7 @@ def prepare_tiny_arithmetic(cfg: Config, run_dir: Path, log=print) -> dict:
     golds = lambda specs: [s.reference for s in specs]  # noqa: E731
     check = splits.heldout[: p.sft_check_prompts]
     engine = LearnerEngine(
-        EngineConfig(
+        TrainEngineConfig(
             model_path=str(init_dir), zero_stage=0,
             optimizer=OptimizerConfig(lr=p.sft_lr, betas=(0.9, 0.99)),
             schedule=ConstantSchedule(warmup_steps=p.sft_warmup_steps), grad_clip=1.0,
@@ -87,7 +87,7 @@ def prepare_tiny_arithmetic(cfg: Config, run_dir: Path, log=print) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rlvr.learner.prepare")
+    ap = argparse.ArgumentParser(prog="python -m rlvr.learner.example.prepare")
     ap.add_argument("--config", required=True)
     ap.add_argument("--run-dir", required=True)
     args = ap.parse_args(argv)

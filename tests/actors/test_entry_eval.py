@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rlvr.learner.evaluate import (
+from rlvr.actors.entry_eval import (
     CheckpointNotFoundError,
     EvalArgumentsInvalidError,
     add_eval_arguments,
@@ -32,7 +32,7 @@ def _args(*argv: str) -> argparse.Namespace:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from rlvr.learner.arith_model import build_arith_model
+    from rlvr.learner.example.arith_model import build_arith_model
 
     return build_arith_model(tmp_path_factory.mktemp("eval") / "model", hidden=32, layers=1, heads=1)
 
@@ -127,7 +127,7 @@ def test_pass_at_1_is_exact_when_the_gold_answers_are_known(tiny_model, tmp_path
 def test_a_verification_timeout_counts_as_incorrect_and_is_reported_apart(tiny_model, tmp_path):
     """Even with a timeout reward of 1.0, a timed-out completion is not a correct one."""
     from rlvr.learner.datasets import TaskSpec
-    from rlvr.learner.evaluate import score_prompts
+    from rlvr.actors.entry_eval import score_prompts
     from rlvr.protocol.tasks import SamplingParams, VerifierSpec
     from rlvr.rollout.engines.base import HFEngineConfig, make_engine
     from rlvr.verify.pool import VerifierPool
@@ -140,7 +140,7 @@ def test_a_verification_timeout_counts_as_incorrect_and_is_reported_apart(tiny_m
         engine = make_engine(HFEngineConfig(model=str(tiny_model)))
         await engine.start()
         try:
-            async with VerifierPool(2, timeout_s=0.5, timeout_reward=1.0, warm=()) as pool:
+            async with VerifierPool(2, timeout_s=0.5, timeout_reward=1.0, warm=(), plugins=(hangs.name,)) as pool:
                 return await score_prompts(engine, pool, specs, 2, SamplingParams(max_tokens=7, seed=0))
         finally:
             await engine.close()

@@ -6,7 +6,7 @@ import json
 import random
 from pathlib import Path
 
-from rlvr.learner.report import PLOTS, format_report, read_metrics, report_main, summarize, write_plots
+from rlvr.actors.report import PLOTS, format_report, read_metrics, report_main, summarize, write_plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -13,7 +13,7 @@ for pass@k, never as missing, and is reported separately in ``outcomes``; a
 prompt longer than the engine accepts counts as ``n`` incorrect completions
 with outcome ``prompt_too_long``.
 
-Not covered: evaluation rounds during a run (``rlvr.learner.evaluation``,
+Not covered: evaluation rounds during a run (``rlvr.learner.eval_rounds``,
 through the rollout and verifier pools on the bus).
 """
 

@@ -5,7 +5,7 @@ into numbers and hide the structure the model has to learn). The vocabulary
 is PAD, EOS, the ten digits and ``+ - * =``, padded with unused tokens to 64
 ids (vLLM's CPU kernels like round sizes). The model is a random-init Qwen2,
 d=128, 3 layers, 4 heads (head size 32, one vLLM's CPU attention accepts):
-about 0.8M parameters (the shape of the experiment DESIGN.md reports). Both
+about 0.8M parameters (the shape of the experiment docs/design.md reports). Both
 transformers and vLLM load the saved folder offline.
 
 Embeddings are untied by default. The SFT warm-up of the built-in example
@@ -18,7 +18,7 @@ Embeddings are untied by default. The SFT warm-up of the built-in example
 
 On the plateau the model gets the magnitude right and the units digit wrong
 ("29+06=36"); RL from there gained ~2.5 points per 100 steps. Untied at 1e-3
-the warm-up is the sharp jump DESIGN.md describes, and RL started on the
+the warm-up is the sharp jump docs/design.md describes, and RL started on the
 way up keeps climbing (README "The built-in example").
 """
 

@@ -20,7 +20,8 @@ from rlvr.learner.datasets import TaskSpec
 from rlvr.learner.feeder import publish_task
 from rlvr.learner.groups import Group
 from rlvr.learner.passk import mean_pass_at_k
-from rlvr.protocol import SamplingParams, Task
+from rlvr.learner.records import EvalResult
+from rlvr.protocol import SamplingParams
 
 
 class EvalRound:
@@ -44,22 +45,20 @@ class EvalRound:
         if len(self.correct) == len(self.expected):
             self.complete.set()
 
-    def result(self) -> dict:
+    def result(self, *, seconds: float, step: int) -> EvalResult:
         counts = list(self.correct.values())
-        out: dict = {
-            "eval_round": self.round_id,
-            "label": self.label,
-            "prompts": len(counts),
-            "missing": len(self.expected) - len(counts),
-            "policy_version_min": min(self.versions, default=0),
-            "policy_version_max": max(self.versions, default=0),
-        }
-        for k in self.ks:
-            if k <= self.n:
-                out[f"pass_at_{k}"] = mean_pass_at_k(counts, self.n, k)
-        if counts:
-            out["mean_correct_fraction"] = statistics.fmean(c / self.n for c in counts)
-        return out
+        return EvalResult(
+            eval_round=self.round_id,
+            label=self.label,
+            prompts=len(counts),
+            missing=len(self.expected) - len(counts),
+            policy_version_min=min(self.versions, default=0),
+            policy_version_max=max(self.versions, default=0),
+            pass_at={k: mean_pass_at_k(counts, self.n, k) for k in self.ks if k <= self.n},
+            mean_correct_fraction=statistics.fmean(c / self.n for c in counts) if counts else None,
+            seconds=seconds,
+            step=step,
+        )
 
 
 class Evaluator:
@@ -87,31 +86,18 @@ class Evaluator:
         if self.current is not None:
             self.current.add(group)
 
-    async def run_round(self, round_id: int, label: str, policy_version: int, timeout_s: float) -> dict:
+    async def run_round(self, round_id: int, label: str, policy_version: int, timeout_s: float, step: int) -> EvalResult:
         ids = {self.task_id(round_id, i) for i in range(len(self.prompts))}
         self.current = EvalRound(round_id, label, ids, self.cfg.n, self.cfg.ks)
         started = time.monotonic()
         for i, spec in enumerate(self.prompts):
-            await publish_task(
-                self.bus,
-                Task(
-                    run=self.bus.names.run,
-                    task_id=self.task_id(round_id, i),
-                    dataset=spec.dataset,
-                    index=spec.index,
-                    prompt=spec.prompt,
-                    verifier=spec.verifier,
-                    n=self.cfg.n,
-                    sampling=self.sampling,
-                    policy_version=policy_version,
-                    created_at=time.time(),
-                    purpose="eval",
-                    level=spec.level,
-                ),
+            task = spec.to_task(
+                run=self.bus.names.run, task_id=self.task_id(round_id, i), n=self.cfg.n, sampling=self.sampling,
+                policy_version=policy_version, purpose="eval",
             )
+            await publish_task(self.bus, task)
         with anyio.move_on_after(timeout_s):
             await self.current.complete.wait()
-        result = self.current.result()
-        result["seconds"] = time.monotonic() - started
+        result = self.current.result(seconds=time.monotonic() - started, step=step)
         self.current = None
         return result

@@ -1,0 +1,63 @@
+"""What the learner writes down: one record per optimizer step, one per evaluation round.
+
+Both are typed Structs with a fixed set of named fields; the open-ended
+families of metrics (batch statistics per verifier, engine metrics, drop and
+outcome totals by reason) are dicts under a name of their own rather than
+loose keys. ``flat()`` gives the one-level JSON object that ``metrics.jsonl``
+holds (the file format ``rlvr-actor report`` and the live view read, unchanged
+from before these types existed).
+
+Not here: computing the numbers (``rlvr.learner.metrics``, ``eval_rounds``),
+or reading the file back (``rlvr.actors.report``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class StepRecord(msgspec.Struct, frozen=True):
+    step: int
+    policy_version: int
+    wait_s: float  # waiting for enough kept groups
+    train_s: float  # the optimizer step (all micro-batches)
+    publish_s: float  # weight export and announcement (0 when not a sync step)
+    samples: int  # samples trained in this step
+    groups: int
+    samples_trained: int  # run total
+    batch: dict[str, float] = {}  # rlvr.learner.metrics.batch_metrics: reward, length, staleness
+    engine: dict[str, float] = {}  # the engine's metrics: loss, grad_norm, lr, clip fraction...
+    totals: dict[str, float] = {}  # run totals: drops by reason, verifier outcomes, zero-variance share
+
+    def flat(self) -> dict[str, float | int]:
+        # The engine's own step counter would clash with ours.
+        engine = {("engine_step" if k == "step" else k): v for k, v in self.engine.items()}
+        fixed = {f: getattr(self, f) for f in self.__struct_fields__ if f not in ("batch", "engine", "totals")}
+        return {**self.batch, **engine, **self.totals, **fixed}
+
+
+class EvalResult(msgspec.Struct, frozen=True):
+    eval_round: int
+    label: str  # "before", "step<N>" or "after"
+    prompts: int  # held-out prompts whose group completed
+    missing: int  # prompts whose group did not complete within the round's timeout
+    policy_version_min: int
+    policy_version_max: int
+    pass_at: dict[int, float] = {}  # k -> unbiased pass@k
+    mean_correct_fraction: float | None = None
+    seconds: float = 0.0
+    step: int = 0  # the learner step the round ran after
+
+    def flat(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            f: getattr(self, f) for f in self.__struct_fields__ if f not in ("pass_at", "mean_correct_fraction")
+        }
+        out.update({f"pass_at_{k}": v for k, v in sorted(self.pass_at.items())})
+        if self.mean_correct_fraction is not None:
+            out["mean_correct_fraction"] = self.mean_correct_fraction
+        return out
+
+
+__all__ = ["EvalResult", "StepRecord"]
