@@ -334,6 +334,7 @@ def test_case_file_matches_its_generator():
     assert _jsonl(CASES) == build_cases(), "run: python tests/verify/test_math_cases.py"
 
 
+@pytest.mark.slow  # about 40 s: 1,134 cases, each parsed by math-verify
 def test_labelled_cases_have_no_false_positive_and_under_one_percent_false_negatives():
     cases = _jsonl(CASES)
     positives = [c for c in cases if c["label"]]

@@ -8,6 +8,8 @@ Each policy has a name; the scorer reports the one that decided a case.
   a ``\\text{...}`` label after a value is a unit and goes.
 - ``localise_prose``: in free text only ``1 200,50`` (spaced thousands, then
   a decimal comma) is rewritten; math-verify reads other localised numbers.
+  ``list_marker``: the "4." that opens an item of a numbered list is no
+  answer, so a response cut off after "4. Since we" does not answer 4.
 - ``decimal_comma``: a response that is one number (or ``x =`` one number)
   with a single comma reads it as a decimal comma (``1000,99``, ``0,111``,
   ``2,5``) unless the comma groups thousands (``1,000``), and only when the
@@ -40,6 +42,7 @@ _PERCENT_WORD = re.compile(r"(?<=[\d}])\s*(?:\\text\{\s*)?(?:pct|per\s?cent(?:ag
 _CURRENCY = re.compile(r"\\\$|\$|€|£|\\euro\b|\b(?:USD|EUR|GBP)\b")
 _TRAILING_LABEL = re.compile(r"^(.*?[\d}])\s*\\(?:text|mbox|mathrm|textbf)\s*\{[^{}]*\}(?:\s*\^\s*\{?[23]\}?)?$")
 _DECIMAL_COMMA = re.compile(r"^(?:[a-zA-Z]\s*=\s*)?(-?\d+),(\d+)$")
+_LIST_MARKER = re.compile(r"^([ \t]*)\d{1,2}[.)][ \t]+(?=[^\W\d_])", re.M)
 _SPACED_DECIMAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:[ \u00a0\u202f]\d{3})+),(\d{1,2})(?!\d)")
 _CHOICE = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-E])\)?\s*\}?$")
 _CHOICE_PRED = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-Ea-e])\)?(?![A-Za-z0-9])")
@@ -62,8 +65,11 @@ def localise(span: str) -> str:
 
 
 def localise_prose(text: str) -> str:
-    """In free text, only the unambiguous: ``1 200,50`` (spaced thousands and
-    a decimal comma) becomes ``1200.50``; math-verify reads the rest."""
+    """Free text before math-verify searches it: ``1 200,50`` (spaced
+    thousands and a decimal comma) becomes ``1200.50``, and the numbers of a
+    numbered list ("4. Since you ...") go: they are list markers, not answers
+    (``list_marker``)."""
+    text = _LIST_MARKER.sub(r"\1", text)
     return _SPACED_DECIMAL.sub(lambda m: re.sub(r"\D", "", m.group(1)) + "." + m.group(2), text)
 
 

@@ -88,8 +88,8 @@ def read(text: str, strictness: Strictness, params: MathParams) -> Reading | Non
     """Locate and read one answer; None when there is none."""
     answer, route = extract_answer(text, strictness)
     if route == "prose":
-        tail = text[-PROSE_TAIL:]
-        parsed = parse_prose(policy.localise_prose(tail))
+        tail = policy.localise_prose(text[-PROSE_TAIL:])
+        parsed = parse_prose(tail)
         if parsed.values:
             shown = parsed.text or str(parsed.value)
             span = policy.localise(shown)
