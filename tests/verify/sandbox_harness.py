@@ -78,7 +78,8 @@ def attack(target: dict, code: str, *args: str, limits: dict | None = None) -> d
     import pytest
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NATS_PASSWORD": SECRET,
-           "AWS_SECRET_ACCESS_KEY": SECRET, "NATS_URL": f"nats://verify:{SECRET}@127.0.0.1:4222"}
+           "AWS_SECRET_ACCESS_KEY": SECRET, "NATS_URL": f"nats://verify:{SECRET}@127.0.0.1:4222",
+           **{k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}}
     req = {**target, "code": code, "args": list(args), "limits": limits or LIMITS, "tmp_mb": TMP_MB,
            "work_mb": WORK_MB, "image": os.environ.get("RLVR_SANDBOX_IMAGE", "rlvr-sandbox:local")}
     proc = subprocess.run([sys.executable, __file__], input=json.dumps(req), capture_output=True, text=True,
@@ -109,8 +110,11 @@ def alive_with(token: str) -> list[int]:
 def main() -> None:
     req = json.loads(sys.stdin.read())
     if req["backend"] == "docker":
-        import docker  # noqa: F401 - imported while its files are readable
-
+        try:
+            import docker  # noqa: F401 - imported while its files are readable
+        except ImportError as e:
+            print(json.dumps({"unavailable": f"the docker SDK is not installed: {e}"}))
+            return
         from rlvr.verify.sandbox import docker as _  # noqa: F401
 
     user = req.get("user")

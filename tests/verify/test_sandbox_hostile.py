@@ -28,7 +28,8 @@ BACKENDS = ["bwrap", "none", "docker"]
 WHO = ["root", "nonroot"]
 
 
-@pytest.fixture(params=[(b, w) for b in BACKENDS for w in WHO], ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(params=[pytest.param((b, w), id=f"{b}-{w}", marks=[pytest.mark.docker] if b == "docker" else [])
+                        for b in BACKENDS for w in WHO])
 def target(request):
     return target_for(*request.param)
 

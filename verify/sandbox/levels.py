@@ -47,7 +47,7 @@ def choose_level(cfg: SandboxConfig) -> tuple[SandboxConfig, str]:
 
         # Not probed in this process: level none makes its process a child
         # subreaper, which the role's main process must not become.
-        return cfg, describe_none(os.geteuid() == 0, cfg.tmp_mb)
+        return cfg, describe_none(os.geteuid() == 0)
     if cfg.level == "auto":
         box, chosen, why = _auto(cfg)
         box.close()

@@ -116,7 +116,7 @@ class LocalSandbox:
 
     def _describe(self) -> str:
         if self.isolation == "none":
-            return describe_none(self._root, self.tmp_mb)
+            return describe_none(self._root)
         who = "a per-run unprivileged uid (verifier is root)" if self._root else f"uid {os.geteuid()} in an unprivileged user namespace (verifier is not root)"
         return (f"bwrap: user, pid, net, ipc, mount namespaces as {who}; "
                 f"/work {self.work_mb} MiB, /tmp and /dev/shm {self.tmp_mb} MiB each, no network")
@@ -217,7 +217,7 @@ class LocalSandbox:
         ]
 
 
-def describe_none(root: bool, tmp_mb: int) -> str:
+def describe_none(root: bool) -> str:
     """What level ``none`` contains on this host (it depends on Landlock)."""
     who = "a per-run unprivileged uid" if root else f"the verifier's own uid {os.geteuid()}"
     abi = _landlock_abi()

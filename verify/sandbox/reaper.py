@@ -7,6 +7,9 @@ reparented to it, not to init, so after the run it kills every child that was
 not there before (``kill_orphans``), repeating until none is left. A root
 verifier also kills every process of the run's per-run uid (``kill_uid``).
 
+A process that uses level ``none`` must run one sandboxed program at a time
+(as a pool worker does): every new child counts as the run's.
+
 Not covered: bwrap (its pid namespace does this in the kernel) and docker.
 """
 
