@@ -21,11 +21,15 @@ Design: a comparison never runs in the program's process.
   out as plain data (``code_wire``: None/bool/int/float/str/list/tuple/dict/
   set, decoded into fresh objects; JSON formats also turn tuples into lists
   and refuse the rest) and is compared here, in the verifier worker, against
-  an expected value that never entered the sandbox.
+  an expected value that never entered the sandbox. ``assert f(x)`` and
+  ``assert not f(x)`` ask for the truth value alone (a ``re.Match`` is
+  truthy): an answer the program could give anyway by returning a bool.
 - Code tests (any other assert, HumanEval ``check``): the test code runs in a
   separate trusted driver process in the sandbox (``code_driver``), against
   ``Remote`` callables that forward each call over a pipe to the candidate's
-  process (``code_child``) and return fresh plain objects. Asserts there are
+  process (``code_child``) and return fresh plain objects (a module the test
+  uses but only the program imported, ``sys`` say, is the driver's own
+  import of the same name). Asserts there are
   compiled at ``optimize=0`` by a driver started with ``-I`` (no
   ``PYTHONOPTIMIZE``).
 - stdin/stdout: the expected output never enters the sandbox.

@@ -7,10 +7,12 @@ and run by the sandbox's interpreter in one of two ways:
   (``code_driver``) for call-based tests. It reads one JSON line (program
   file, setup code, entry point, whether a ``class Solution`` method comes
   first), loads the program as module ``solution`` after ``PRELUDE``, and
-  answers ``{"loaded": ..., "names": [...]}``. Then, per JSON call line
-  ``{"fn", "args", "kwargs"}`` (wire form), it calls the function on fresh
-  argument objects and answers ``{"ok": true, "value": <wire>}`` or
-  ``{"ok": false, "type": ..., "error": ...}``.
+  answers ``{"loaded": ..., "names": [...], "modules": [...]}`` (its
+  callables, and the modules it imported under their own names). Then, per
+  JSON call line ``{"fn", "args", "kwargs", "truth"}`` (wire form), it calls
+  the function on fresh argument objects and answers ``{"ok": true, "value":
+  <wire>}`` (with ``truth``, the value's truth value) or ``{"ok": false,
+  "type": ..., "error": ...}``.
 - ``python3 -I child.py --main``: stdin/stdout tests; runs ``solution.py``
   as ``__main__`` after ``PRELUDE`` (and the setup code in ``setup.py``).
 
@@ -102,7 +104,8 @@ def serve(fd_in: int, fd_out: int) -> None:
         reply({"loaded": False, "error": f"{type(e).__name__}: {_text(e)}"})
         return
     names = [k for k, v in list(ns.items()) if k.isidentifier() and callable(v)]
-    reply({"loaded": True, "names": names[:10000]})
+    modules = [k for k, v in list(ns.items()) if isinstance(v, types.ModuleType) and v.__name__ == k]
+    reply({"loaded": True, "names": names[:10000], "modules": modules[:1000]})
     for line in cmd:
         try:
             msg = json.loads(line)
@@ -110,6 +113,8 @@ def serve(fd_in: int, fd_out: int) -> None:
             args = wire.from_data(msg["args"])
             kwargs = wire.from_data(msg["kwargs"])
             value = fn(*args, **kwargs)
+            if msg.get("truth"):  # ``assert f(x)``: only the truth value is asked for
+                value = bool(value)
             reply({"ok": True, "value": wire.to_data(value, lenient=True)})
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt... are a failed call
             reply({"ok": False, "type": type(e).__name__, "error": _text(e)})

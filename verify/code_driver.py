@@ -35,6 +35,7 @@ import builtins
 import ctypes
 import hashlib
 import hmac
+import importlib
 import importlib.util
 import json
 import os
@@ -118,9 +119,11 @@ class Candidate:
             msg = {"error": str(e)}
         if msg.get("loaded") is True and type(msg.get("names")) is list:
             self.names = {n for n in msg["names"][:10000] if type(n) is str and n.isidentifier()}
+            modules = msg.get("modules") if type(msg.get("modules")) is list else []
+            self.modules = {n for n in modules[:1000] if type(n) is str and n.isidentifier()}
             self.load_error = ""
         else:
-            self.names = set()
+            self.names, self.modules = set(), set()
             self.load_error = "program failed to load: " + str(msg.get("error", "no answer"))[:500]
 
     def _drain(self) -> None:
@@ -162,10 +165,11 @@ class Candidate:
             self._fault("the candidate broke the call protocol", dead=True)
         return answer
 
-    def call(self, fn: str, args: tuple, kwargs: dict):
-        """``fn(*args, **kwargs)`` in the candidate; fresh plain objects back."""
+    def call(self, fn: str, args: tuple, kwargs: dict, truth: bool = False):
+        """``fn(*args, **kwargs)`` in the candidate (or its truth value); fresh
+        plain objects back."""
         try:
-            msg = {"fn": fn, "args": self.wire.to_data(list(args)), "kwargs": self.wire.to_data(dict(kwargs))}
+            msg = {"fn": fn, "args": self.wire.to_data(list(args)), "kwargs": self.wire.to_data(dict(kwargs)), "truth": truth}
         except ValueError as e:  # the test passed something that cannot cross
             self._fault(f"argument is not plain data: {e}")
         answer = self._exchange(msg)
@@ -212,6 +216,11 @@ def run_code_test(test: dict, base: dict, cand: Candidate, entry: str):
         for name in names - base.keys() - set(dir(builtins)):
             if name in cand.names:
                 ns[name] = Remote(cand, name)
+            elif name in cand.modules:  # a module the program imported (``sys``): the driver's own copy
+                try:
+                    ns[name] = importlib.import_module(name)
+                except ImportError:
+                    pass
         ns[entry] = ns["candidate"] = Remote(cand, entry)
         exec(compile(source, "<test>", "exec", dont_inherit=True, optimize=0), ns)
         if test.get("check"):
@@ -230,7 +239,7 @@ def run_call_test(test: dict, cand: Candidate, budget: list):
     try:
         args = cand.wire.from_data(test["args"])
         kwargs = cand.wire.from_data(test["kwargs"])
-        value = cand.call(test["fn"], args, kwargs)
+        value = cand.call(test["fn"], args, kwargs, truth=bool(test.get("truth")))
         text = cand.wire.encode(value, json_only=bool(test.get("json")))
     except BaseException as e:  # noqa: BLE001 - a fault, or the candidate's exception mapped above
         return False, str(e) if isinstance(e, CandidateFault) else f"{type(e).__name__}: {str(e)[:500]}"

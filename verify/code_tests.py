@@ -54,7 +54,7 @@ _NO_KWARGS = wire.to_data({})
 
 def call_test(fn: str, args: list, kwargs: dict | None = None, json_only: bool = False) -> dict:
     data_kwargs = wire.to_data(kwargs) if kwargs else _NO_KWARGS
-    return {"fn": fn, "args": wire.to_data(list(args)), "kwargs": data_kwargs, "json": json_only}
+    return {"fn": fn, "args": wire.to_data(list(args)), "kwargs": data_kwargs, "json": json_only, "truth": False}
 
 
 def _literal(node: ast.AST) -> tuple[bool, Any]:
@@ -89,12 +89,15 @@ def parse_assert(source: str, entry: str) -> tuple[dict, Expect] | None:
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
         return None
     test = tree.body[0].test
+    # ``assert f(x)`` / ``assert not f(x)`` ask the candidate for the truth
+    # value only (a re.Match is truthy): an answer it could give anyway by
+    # returning True or False, so nothing is trusted that was not before.
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         call = _literal_call(test.operand, entry)
-        return (call, Expect("truth", False)) if call else None
+        return ({**call, "truth": True}, Expect("truth", False)) if call else None
     if isinstance(test, ast.Call):
         call = _literal_call(test, entry)
-        return (call, Expect("truth", True)) if call else None
+        return ({**call, "truth": True}, Expect("truth", True)) if call else None
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     op, left, right = test.ops[0], test.left, test.comparators[0]

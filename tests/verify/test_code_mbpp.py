@@ -62,3 +62,17 @@ def test_stub_solutions_fail_every_assert(sample, sandbox):
         e = _entry_point(p)
         v = score_code(f"```python\ndef {e}(*args):\n    return None\n```", _params(p), sandbox, LIMITS)
         assert (v.outcome, v.reward, v.components["tests_passed"]) == ("wrong", 0.0, 0.0), p["task_id"]
+
+
+def test_truth_asserts_and_modules_only_the_program_imported(sandbox):
+    # MBPP 737 / 596 forms: a truthy re.Match, and test code using ``sys``
+    # that only the program imported.
+    program = ("import re, sys\ndef check_str(s):\n    return re.search('^[aeiou]', s)\n"
+               "def size(t):\n    return sys.getsizeof(t)\n")
+    asserts = ["assert check_str('annie')", "assert not check_str('dawood')",
+               "assert size((1, 'a')) == sys.getsizeof((1, 'a'))"]
+    params = msgspec.convert({"tests": {"entry_point": "check_str", "asserts": asserts}}, CodeParams)
+    v = score_code(f"```python\n{program}```", params, sandbox, LIMITS)
+    assert (v.outcome, v.reward) == ("ok", 1.0), v.detail
+    v = score_code("```python\ndef check_str(s):\n    return None\n```", params, sandbox, LIMITS)
+    assert v.components["tests_passed"] == 1.0  # only ``assert not ...`` holds
