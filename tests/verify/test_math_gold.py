@@ -46,6 +46,7 @@ def _correct(response: str, gold: str) -> bool:
     return score_math(response, MathParams(gold=gold)).reward == 1.0
 
 
+@pytest.mark.slow  # 1,000 cases through math-verify
 @needs_data
 def test_every_math500_gold_is_correct_boxed_and_as_its_solution():
     rows = math500()
@@ -55,6 +56,7 @@ def test_every_math500_gold_is_correct_boxed_and_as_its_solution():
     assert len(rows) == 500 and failures == []
 
 
+@pytest.mark.slow  # 2,638 cases
 @needs_data
 def test_every_gsm8k_gold_is_correct_boxed_and_as_its_answer_text():
     rows = gsm8k()
@@ -180,6 +182,7 @@ def _respond(rng: random.Random, text: str) -> str:
     return rng.choice(forms) % text if "%" not in text else "\\boxed{" + text + "}"
 
 
+@pytest.mark.slow  # 26,000 rewrites: minutes
 @needs_data
 def test_rewrites_of_gold_answers_are_judged_correct():
     rng = random.Random(1234)

@@ -132,7 +132,7 @@ def brackets(span: str) -> str:
 def number_of(text: str) -> Number | None:
     """A plain number written as ``text`` (math-verify's normalised text or
     a located span); thousands commas allowed."""
-    text = text.strip()
+    text = plain_text(text)  # \text{1.25} is the number 1.25
     if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
         text = text.replace(",", "")
     return parse_number(text)
