@@ -62,7 +62,7 @@ from rlvr.verify.sandbox.base import (
     check_file_names,
 )
 from rlvr.verify.sandbox.pump import pump
-from rlvr.verify.sandbox.reaper import become_subreaper, kill_orphans, kill_uid, processes_of
+from rlvr.verify.sandbox.reaper import become_subreaper, kill_orphans, kill_uid, processes_of, tasks_of
 
 LEVELS = ("bwrap", "none")
 _PRELUDE = Path(prelude.__file__).read_text(encoding="utf-8")
@@ -205,8 +205,8 @@ class LocalSandbox:
             nproc = limits.processes  # a per-run uid owns nothing else
         else:
             # No namespace, same uid as the verifier: the kernel counts all of
-            # its processes, so allow those that exist now plus the budget.
-            nproc = len(processes_of(os.getuid())) + limits.processes
+            # its tasks (threads too), so allow those that exist now plus the budget.
+            nproc = tasks_of(os.getuid()) + limits.processes
         return [
             ["RLIMIT_CPU", limits.cpu_s, limits.cpu_s + 1],
             ["RLIMIT_AS", limits.memory_mb * mb, limits.memory_mb * mb],

@@ -48,6 +48,18 @@ def processes_of(ident: int, children: bool = False) -> list[int]:
     return found
 
 
+def tasks_of(uid: int) -> int:
+    """Threads owned by ``uid`` (what ``RLIMIT_NPROC`` counts, threads included)."""
+    total = 0
+    for pid in processes_of(uid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("Threads:")), 1)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def kill_orphans(known: set[int], rounds: int = 50) -> None:
     """SIGKILL and reap every child of this process not in ``known``, until
     none is left (children of a killed child are reparented here in turn)."""
@@ -77,4 +89,4 @@ def kill_uid(uid: int) -> None:
             pass
 
 
-__all__ = ["become_subreaper", "kill_orphans", "kill_uid", "processes_of"]
+__all__ = ["become_subreaper", "kill_orphans", "kill_uid", "processes_of", "tasks_of"]
