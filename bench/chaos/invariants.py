@@ -41,26 +41,59 @@ class Committed(msgspec.Struct):
     entries: list[LedgerEntry]
 
 
-def read_committed(out_dir: Path, attempts: int = 10) -> Committed:
-    """The committed state and ledger entries, as a restarted learner would see them."""
+_ENTRY_CACHE: dict[tuple[str, int, int], LedgerEntry] = {}
+
+
+def read_floor(out_dir: Path) -> tuple[int, int]:
+    """(floor, commits) of the committed state; (0, 0) before the first checkpoint. Cheap: one file."""
     root = out_dir / "checkpoints"
-    for _ in range(attempts):
-        latest = root / "latest"
-        if not latest.exists():
-            return Committed(None, [])
+    for _ in range(200):
         try:
-            name = latest.read_text().strip()
+            name = (root / "latest").read_text().strip()
             state = msgspec.json.decode((root / name / "learner.json").read_bytes(), type=LearnerState)
-            entries = []
-            for p in sorted((root / "ledger").glob("commit-*.json")):
-                if int(p.stem.split("-")[1]) <= state.commits:
-                    entries.append(msgspec.json.decode(p.read_bytes(), type=LedgerEntry))
-        except (FileNotFoundError, msgspec.DecodeError):
-            time.sleep(0.05)  # pruned or replaced under us: the next commit is on its way
-            continue
-        if (root / "latest").read_text().strip() == name:
-            return Committed(state, entries)
+            return state.ledger.floor, state.commits
+        except FileNotFoundError:
+            if not (root / "latest").exists():
+                return 0, 0
+        except msgspec.DecodeError:
+            pass
+        time.sleep(0.01)  # pruned or replaced under us: the next commit is already named
     raise InvariantReadError(f"could not read a stable commit under {root}")
+
+
+def read_committed(out_dir: Path) -> Committed:
+    """The committed state and ledger entries, as a restarted learner would see them.
+
+    Entries numbered up to the state's commit count are immutable once committed (only
+    entries past it are removed, by a restarted learner), so they are cached."""
+    root = out_dir / "checkpoints"
+    state = None
+    for _ in range(200):
+        try:
+            name = (root / "latest").read_text().strip()
+            state = msgspec.json.decode((root / name / "learner.json").read_bytes(), type=LearnerState)
+            break
+        except FileNotFoundError:
+            if not (root / "latest").exists():
+                return Committed(None, [])
+        except msgspec.DecodeError:
+            pass
+        time.sleep(0.01)
+    if state is None:
+        raise InvariantReadError(f"could not read a stable commit under {root}")
+    entries = []
+    for p in sorted((root / "ledger").glob("commit-*.json")):
+        if int(p.stem.split("-")[1]) > state.commits:
+            continue
+        try:
+            stat = p.stat()
+            key = (str(p), stat.st_mtime_ns, stat.st_size)
+            if key not in _ENTRY_CACHE:
+                _ENTRY_CACHE[key] = msgspec.json.decode(p.read_bytes(), type=LedgerEntry)
+            entries.append(_ENTRY_CACHE[key])
+        except FileNotFoundError:
+            continue
+    return Committed(state, entries)
 
 
 class InvariantReadError(RuntimeError):
@@ -112,10 +145,11 @@ def check_custody(out_dir: Path, scored: dict, *, final: bool, exclude: set[str]
         if copy.purpose != "train" or copy.sample_id in exclude:
             continue
         seqs[copy.sample_id].append(copy.seq)
-        groups[copy.group_id].add(copy.sample_id)
         size_of[copy.group_id] = copy.group_size
+        if copy.sample_id not in retention_purged:  # the learner never sees those: their group is partial
+            groups[copy.group_id].add(copy.sample_id)
     chk.published = len(seqs)
-    group_of = {sid: g for g, ids in groups.items() for sid in ids}
+    group_of = {copy.sample_id: copy.group_id for copy in scored.values()}
     unlisted_partial = unlisted_retention = 0
     for sid, where in seqs.items():
         if listed[sid]:

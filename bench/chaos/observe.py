@@ -65,8 +65,12 @@ class Observer:
             return default
 
     async def _connect(self) -> None:
+        async def quiet(e: Exception) -> None:  # a server the faults killed: reconnecting is the point
+            self.connection_errors += 1
+
+        self.connection_errors = 0
         self._nc = await nats.connect(self.urls.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                      connect_timeout=3, allow_reconnect=True)
+                                      connect_timeout=3, allow_reconnect=True, error_cb=quiet)
 
         async def on_hb(msg):
             try:

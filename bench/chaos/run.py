@@ -102,6 +102,7 @@ def run_fault(sc: Scenario, label: str, fn, rng: random.Random) -> dict:
     sc.violations += sc.revive()
     progress = sc.wait_progress(floor0, STALL_LIMIT_S)
     rec["progress_s"] = None if progress is None else round(time.monotonic() - t0, 2)
+    rec["stall_s"] = sc.longest_stall(since=t0)
     if progress is None:
         sc.violations.append(f"{label}: the ledger floor did not advance within {STALL_LIMIT_S}s "
                              f"(floor {floor0}; learner log tail: {sc.sk.log_text('learn-0')[-400:]})")
@@ -113,7 +114,7 @@ def run_fault(sc: Scenario, label: str, fn, rng: random.Random) -> dict:
         if v not in sc.violations:
             sc.violations.append(f"after {label}: {v}")
     rec["violations"] = sc.violations[before:]
-    print(f"[chaos] {sc.run} {label}: progress {rec['progress_s']}s floor {chk.floor} "
+    print(f"[chaos] {sc.run} {label}: stall {rec['stall_s']}s floor {chk.floor} "
           f"trained {chk.trained} lost {len(chk.lost)} twice {len(chk.twice)} "
           f"{'OK' if not rec['violations'] else 'VIOLATIONS ' + str(rec['violations'])[:400]}", flush=True)
     return rec
@@ -132,6 +133,7 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
     try:
         # A first learner that will not reach its first checkpoint, killed after a seeded step.
         sc.start(learner_config=sc.config("learn-first", learn={"checkpoint_every": 1000}))
+        sc.start_sampling()
         records.append(run_fault(sc, "sigkill:learn:before_first_checkpoint", F.kill_learner_before_first_checkpoint,
                                  rng))
         catalogue = P.catalogue(run, sc.obs.max_payload())
@@ -168,7 +170,7 @@ def summarize(scenarios: list[dict], args, wall_s: float) -> dict:
         in_flight += c.in_flight
         dropped.update(c.dropped_listed)
         dropped.update(c.dropped_unlisted)
-    stalls = [(f["progress_s"], f["label"]) for f in faults if f.get("progress_s") is not None]
+    stalls = [(f["stall_s"], f["label"]) for f in faults if f.get("stall_s") is not None]
     longest = max(stalls, default=(None, None))
     violations = [v for s in scenarios for v in s.get("violations", [])]
     return {

@@ -19,11 +19,12 @@ them by design) and purged.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench.chaos.invariants import check_custody, check_streams, read_committed
+from bench.chaos.invariants import check_custody, check_streams, read_committed, read_floor
 from bench.chaos.observe import Observer
 from bench.chaos.skeleton import Server, Skeleton
 
@@ -56,6 +57,11 @@ class Scenario:
         self.dead_sizes: set[int] = set()
         self.retention_purged: set[str] = set()
         self.learner_gen = 0
+        # (start, end) monotonic of every interval in which the committed floor stood still.
+        self.gaps: list[tuple[float, float]] = []
+        self._floor_since = time.monotonic()
+        self._sampling = threading.Event()
+        self._sampler: threading.Thread | None = None
 
     # --- configs -------------------------------------------------------------------
     def config(self, name: str, *, learn: dict | None = None, bus: dict | None = None) -> Path:
@@ -103,8 +109,38 @@ class Scenario:
 
     # --- observations ----------------------------------------------------------------
     def committed_floor(self) -> int:
-        st = read_committed(self.out).state
-        return st.ledger.floor if st else 0
+        return read_floor(self.out)[0]
+
+    def start_sampling(self) -> None:
+        """Watch the committed floor every 0.2 s in a thread: the stalls are the intervals it stands still."""
+        self._sampling.set()
+
+        def sample() -> None:
+            last = None
+            while self._sampling.is_set():
+                try:
+                    floor = read_floor(self.out)[0]
+                except Exception:  # noqa: BLE001 (a read that failed this once: the next one decides)
+                    floor = last
+                now = time.monotonic()
+                if floor != last:
+                    if last is not None:
+                        self.gaps.append((self._floor_since, now))
+                    last, self._floor_since = floor, now
+                time.sleep(0.2)
+
+        self._sampler = threading.Thread(target=sample, daemon=True, name="chaos-floor")
+        self._sampler.start()
+
+    def stop_sampling(self) -> None:
+        self._sampling.clear()
+        if self._sampler is not None:
+            self._sampler.join(5)
+
+    def longest_stall(self, since: float) -> float:
+        """The longest the floor stood still in an interval that ended after ``since`` (or still open)."""
+        done = [end - start for start, end in self.gaps if end >= since]
+        return round(max(done + [time.monotonic() - max(self._floor_since, since)]), 2)
 
     def committed_step(self) -> int:
         st = read_committed(self.out).state
@@ -155,6 +191,7 @@ class Scenario:
     def finish(self, timeout_s: float = 240.0) -> dict:
         """Stop feeding, drain every hop, train the leftovers, then the final checks."""
         sk, out = self.sk, {}
+        self.stop_sampling()
         for r in self.replicas:
             sk.roles[r].expect_exit = True
         sk.signal("learn-0", signal.SIGTERM)
