@@ -29,9 +29,8 @@ Design: a comparison never runs in the program's process.
   ``Remote`` callables that forward each call over a pipe to the candidate's
   process (``code_child``) and return fresh plain objects (a module the test
   uses but only the program imported, ``sys`` say, is the driver's own
-  import of the same name). Asserts there are
-  compiled at ``optimize=0`` by a driver started with ``-I`` (no
-  ``PYTHONOPTIMIZE``).
+  import of the same name). Asserts there are compiled at ``optimize=0`` by
+  a driver started with ``-I`` (no ``PYTHONOPTIMIZE``).
 - stdin/stdout: the expected output never enters the sandbox.
 
 What the candidate's process can reach, and why it does not help:
@@ -54,9 +53,10 @@ What the candidate's process can reach, and why it does not help:
   about the key;
 - files: the sandbox's work dir holds the program, the harness sources
   (public) and the MBPP setup line; the tests arrive on stdin and stay in the
-  driver's memory. The driver keeps the work dir off ``sys.path`` and imports
-  what it needs before the candidate starts, so a module file the program
-  plants is never imported by test code;
+  driver's memory. The driver's ``sys.path`` is the read-only standard
+  library alone (``-I -S``; the work dir and ``/tmp`` removed), so a module
+  file the program plants is never imported there, whenever test code
+  imports;
 - exits and exceptions: ``sys.exit``, ``os._exit``, ``KeyboardInterrupt``,
   ``GeneratorExit`` or any ``BaseException`` at import or in a call are a
   failed load or a failed call; the driver maps only ordinary builtin
@@ -66,8 +66,10 @@ What the candidate's process can reach, and why it does not help:
 Limits of the argument: a HumanEval test that calls another function of the
 program (``poly`` in HumanEval/32, ``encode_cyclic`` in /38) trusts that
 function as the original harness did; a value longer than 64 KiB is compared
-by sha256 of its canonical form (exact, without the float tolerance); a
-program that mutates an argument in place is not seen by the test code.
+by sha256 of its canonical form (exact, without the float tolerance);
+arguments cross as plain data too, so a test that passes a function or an
+object to the program fails, and a program that mutates an argument in place
+is not seen by the test code.
 
 Not covered: languages other than Python, and the worker pool / timeout
 around this call (the verifier runtime owns that).
