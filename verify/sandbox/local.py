@@ -103,10 +103,11 @@ class LocalSandbox:
         self.tmp_mb, self.work_mb = tmp_mb, work_mb
         self._root = os.geteuid() == 0
         self._uid_base = uid_base
-        self._base = tempfile.mkdtemp(prefix="rlvr-sbx-")
-        os.chmod(self._base, 0o711)  # traversable by the run's uid, not listable
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self._base, True)
+        self._base = ""  # host dir of the work dirs, level none only (bwrap's /work is a tmpfs)
         if isolation == "none":
+            self._base = tempfile.mkdtemp(prefix="rlvr-sbx-")
+            os.chmod(self._base, 0o711)  # traversable by the run's uid, not listable
+            self._finalizer = weakref.finalize(self, shutil.rmtree, self._base, True)
             become_subreaper()
         why = _probe(self)
         if why:
@@ -141,7 +142,8 @@ class LocalSandbox:
                 shutil.rmtree(work, ignore_errors=True)
 
     def close(self) -> None:
-        shutil.rmtree(self._base, ignore_errors=True)
+        if self._base:
+            shutil.rmtree(self._base, ignore_errors=True)
         if hasattr(self, "_finalizer"):
             self._finalizer.detach()
 
