@@ -161,6 +161,9 @@ SENTENCES: dict[str, list[tuple]] = {
         ("Il reste donc 2 500 litres dans la cuve.", "2000", False),
         ("La risposta è 7,25.", "7.25", True),
         ("La risposta è 7,25.", "725", False),
+        ("4.35", "4,35", True, "decimal_comma: a gold written 4,35 against a response 4.35"),
+        ("4.53", "4,35", False),
+        ("0.25", "0,25", True),
     ],
     "units": [
         ("The final answer is 12 pct.", "12\\%", True),
@@ -172,6 +175,19 @@ SENTENCES: dict[str, list[tuple]] = {
         ("**Answer:** \\textbf{14}", "14", True),
         ("**Answer:** \\textbf{14}", "15", False),
         ("It costs \\$2.50 in total.", "2.5", True, "last_number: math-verify finds nothing in this prose; the last number is the last resort"),
+        ("Final Answer: The width of the garden is 12 meters.", "12", True, "answer_is: a prose sentence after the marker is searched, not read whole"),
+        ("Final Answer: The width of the garden is 12 meters.", "13", False),
+        ("The code is XQ7B, so the answer is unclear.", "7", False, "last_number: a digit glued to letters is no number"),
+    ],
+    "structure": [
+        ("The roots are $\\boxed{-3} \\quad \\text{and} \\quad \\boxed{5}$.", "5, -3", True, "boxed: boxes joined by \\quad \\text{and} \\quad are one answer"),
+        ("The roots are $\\boxed{-3} \\quad \\text{and} \\quad \\boxed{5}$.", "5", False),
+        ("We get $\\boxed{(1, 4)}$ \\text{ for the first and } $\\boxed{(2, 3)}$.", "(1, 4), (2, 3)", True),
+        ("First $\\boxed{12}$, then doubling gives $\\boxed{24}$.", "24", True, "boxed: boxes in separate statements are not joined; the last one answers"),
+        ("So the step gives \\boxed{40}. Adding the rest we get 45.\nFinal Answer: The final answer is $45$.", "45", True, "answer_is: a final-answer marker after the last box wins"),
+        ("So the step gives \\boxed{40}. Adding the rest we get 45.\nFinal Answer: The final answer is $45$.", "40", False),
+        ("Thus \\boxed{44}, and our answer is correct.", "44", True, "boxed: 'answer is correct' is no final-answer marker"),
+        ("$$\\boxed{(x, y) = (2, 7) \\quad \\text{and} \\quad (7, 2)}$$", "(2, 7), (7, 2)", True, "equation: (x, y) = ... names its unknowns"),
     ],
 }
 

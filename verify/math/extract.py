@@ -28,7 +28,14 @@ _BOX_WORDS = ("\\boxed", "\\fbox")
 _MAX_BOX_RUN = 8  # how many adjacent boxes may be joined into one list
 _MAX_BOX_TRIES = 16  # boxes looked at, from the end: keeps the scan linear
 _MAX_SCAN = 20_000  # chars one brace group may span; longer is absurd anyway
-_JOINER = re.compile(r"^[\s$,;]*(?:(?:and|or|\\text\{\s*(?:and|or)\s*\}|\\quad|\\,)[\s$,;]*)?$")
+# What may stand between two boxes of one answer: separators, \quad, "and",
+# a short \text{...} ("for part (a) and"), up to two plain words ("papers
+# and"), math delimiters. A full stop or anything longer starts a new statement.
+_JOINER = re.compile(
+    r"^(?:[\s$,;]|\\[()\[\]]|\\q?quad|\\[,;: ]|\\text\{[^{}]{0,40}\}|[A-Za-z]{1,12}(?=[\s$,;\\]|$)){0,12}$"
+)
+_MAX_JOINER = 60
+_TEXTLESS = re.compile(r"\\text\{[^{}]*\}|\\[a-zA-Z]+")
 _ANSWER_IS = re.compile(
     r"(?:final answer|the answer|answer)\s*(?:\*\*)?\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*",
     re.IGNORECASE,
@@ -80,6 +87,16 @@ def _box_at(text: str, start: int, word: str) -> tuple[str, int] | None:
     return m.group(0).rstrip(".,"), i + m.end()
 
 
+def _joins(between: str) -> bool:
+    """Do two boxes with ``between`` between them give one answer? Plain
+    words may stand there only as "... and"/"... or" ("papers and"), so
+    "\\boxed{1} then \\boxed{2}" keeps only the last box."""
+    if len(between) > _MAX_JOINER or not _JOINER.match(between):
+        return False
+    words = re.findall(r"[A-Za-z]{2,}", _TEXTLESS.sub(" ", between))
+    return not words or (len(words) <= 2 and words[-1].lower() in ("and", "or"))
+
+
 def _box_starts(text: str, before: int) -> int:
     """Start of the last box word in ``text[:before]``, or -1."""
     best = -1
@@ -101,7 +118,7 @@ def extract_boxed(text: str) -> str | None:
         box = _box_at(text, start, word)
         if box is not None:
             content, end = box
-            if found and not _JOINER.match(text[end:boundary]):
+            if found and not _joins(text[end:boundary]):
                 break
             if end <= boundary:  # a box nested in the previous one is ignored
                 found.append(content)
@@ -135,14 +152,20 @@ def _rest_of_sentence(text: str) -> str:
     return line.strip().strip("*").strip()
 
 
-def extract_answer_is(text: str) -> str | None:
+def _answer_is_at(text: str) -> tuple[str | None, int, bool]:
+    """The "answer is" answer, where its marker starts (-1 when none), and
+    whether the marker says "final answer"."""
     last = None
     for last in _ANSWER_IS.finditer(text):
         pass
     if last is None:
-        return None
+        return None, -1, False
     answer = _rest_of_sentence(text[last.end() :])
-    return answer or None
+    return answer or None, last.start(), "final" in last.group(0).lower()
+
+
+def extract_answer_is(text: str) -> str | None:
+    return _answer_is_at(text)[0]
 
 
 def extract_hashes(text: str) -> str | None:
@@ -153,7 +176,7 @@ def extract_hashes(text: str) -> str | None:
     return answer or None
 
 
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:[,\u00a0\u202f ]\d{3})+|\d+)(?:[.,]\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"(?<![A-Za-z_])(?:-?(?:\d{1,3}(?:[,\u00a0\u202f ]\d{3})+|\d+)(?:[.,]\d+)?(?:\s*/\s*\d+)?|-?\.\d+)(?![A-Za-z_\d])")
 _COMMAND = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}|\\(?:text|textbf|textit|mathrm|mbox|operatorname)\s*\{[^{}]*\}|\\[a-zA-Z]+")
 _WORD = re.compile(r"[^\W\d_]{3,}")
 # Words that may follow a bare answer without making it prose.
@@ -194,6 +217,12 @@ def extract_answer(text: str, strictness: Strictness) -> tuple[str | None, str]:
     strictness forbids going further."""
     boxed = extract_boxed(text)
     if boxed is not None:
+        # "... \\boxed{255} ... Final Answer: The final answer is $10,455$":
+        # a final-answer marker after the last box is the later word.
+        # ("... so our answer is correct" is no such marker: it must say "final").
+        stated, at, final = _answer_is_at(text) if strictness != "boxed" else (None, -1, False)
+        if stated is not None and final and at > _box_starts(text, len(text)):
+            return stated, "answer_is"
         return boxed, "boxed"
     if strictness == "boxed":
         return None, "none"

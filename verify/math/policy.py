@@ -13,7 +13,8 @@ Each policy has a name; the scorer reports the one that decided a case.
 - ``decimal_comma``: a response that is one number (or ``x =`` one number)
   with a single comma reads it as a decimal comma (``1000,99``, ``0,111``,
   ``2,5``) unless the comma groups thousands (``1,000``), and only when the
-  gold is one number, so ``(6,1)`` and lists stay lists.
+  gold is one number, so ``(6,1)`` and lists stay lists. A gold written so
+  (``1,22``) is read the same way when the response is a decimal (``1.22``).
 - ``choice``: a gold that is a letter A-E (``B``, ``(B)``, ``\\text{(B)}``)
   is matched by the response's leading letter only.
 - ``word``: a word answer (``\\text{east}``) compares as text, case and

@@ -34,7 +34,7 @@ from sympy.core.function import AppliedUndef
 from rlvr.protocol.samples import Verdict
 from rlvr.verify.math import policy
 from rlvr.verify.math.engine import AnswerTooLargeError, Parsed, parse_answer, parse_prose, same
-from rlvr.verify.math.extract import Strictness, extract_answer, extract_last_number
+from rlvr.verify.math.extract import Strictness, extract_answer, extract_last_number, is_bare
 
 VERIFIER = "math"
 PROSE_TAIL = 4_000  # prose is searched in its last this-many chars only
@@ -98,6 +98,13 @@ def read(text: str, strictness: Strictness, params: MathParams) -> Reading | Non
     if answer is None:
         return None
     _check(answer, params)
+    if route in ("answer_is", "hashes") and not is_bare(answer):
+        # "Final Answer: The largest $n$ is 34": the marker's sentence is
+        # prose, so math-verify searches it rather than reading it whole.
+        parsed = parse_prose(policy.localise_prose(answer))
+        if parsed.values and parsed.text:
+            span = policy.localise(parsed.text)
+            return Reading(span, route, parsed.text, parsed if span == parsed.text else None)
     return Reading(policy.localise(answer), route, answer, None)
 
 
@@ -125,6 +132,10 @@ def decide(pred: Reading, gold: Reading, gold_parsed: Parsed) -> tuple[bool, str
         return policy.base_n_equal(pred.span, gold.span), "base_n"
     gold_number = policy.number_of(gold.span) or policy.number_of(gold_parsed.text)
     span = pred.span
+    written = policy.number_of(span)
+    gold_comma = policy.decimal_comma(gold.span)
+    if gold_comma is not None and written is not None and written.decimal:
+        gold_number = policy.number_of(gold_comma)  # gold 1,22 against a response 1.22
     if gold_number is not None:
         comma = policy.decimal_comma(span)
         if comma is not None:
@@ -164,7 +175,10 @@ def _is_assignment(value: object) -> bool:
     """``x = 3``, ``f(x) = ...``, ``x = 1 + 2 = 3``: a name on the left."""
     while isinstance(value, sympy.Eq) and isinstance(value.lhs, sympy.Eq):
         value = value.lhs
-    return isinstance(value, sympy.Eq) and isinstance(value.lhs, sympy.Symbol | AppliedUndef)
+    if not isinstance(value, sympy.Eq):
+        return False
+    names = value.lhs.args if isinstance(value.lhs, sympy.Tuple) else (value.lhs,)  # (x, y) = (5, 8)
+    return all(isinstance(n, sympy.Symbol | AppliedUndef) for n in names)
 
 
 def _is_ordered(parsed: Parsed) -> bool:
