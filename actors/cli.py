@@ -53,7 +53,8 @@ def _command_parser(cmd: str) -> argparse.ArgumentParser:
         p.add_argument("--nats", help="NATS URL")
         p.add_argument("--run", help="run id")
     elif cmd == "status":
-        p.description = "Print replicas (from heartbeats), stream depths, consumer lag and pending acks."
+        p.description = ("Print replicas (from heartbeats, with dead letters and sandbox level), stream depths, "
+                         "consumer lag, and the learner's lease, last checkpoint and any retention gap.")
         p.add_argument("--config")
         p.add_argument("--nats", help="NATS URL")
         p.add_argument("--run", help="run id")

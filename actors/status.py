@@ -148,6 +148,8 @@ def format_status(st: dict) -> str:
         )
         if faults := dead_letter_summary(r["counters"]):
             lines.append(f"    {faults}")
+        if sandbox := sandbox_summary(g):
+            lines.append(f"    {sandbox}")
     lines += ["", "streams:"]
     for k, v in st["streams"].items():
         lines.append(f"  {k:<9} " + ("  ".join(f"{a}={b}" for a, b in v.items())))
@@ -156,6 +158,15 @@ def format_status(st: dict) -> str:
         lines.append(f"  {k:<8} " + ("  ".join(f"{a}={b}" for a, b in v.items())))
     lines += ["", "learner:", "  " + format_learner(st.get("learner", {}))]
     return "\n".join(lines)
+
+
+def sandbox_summary(gauges: dict[str, float]) -> str:
+    """A verifier's code sandbox level (its ``sandbox_level_<name>`` gauge set to 1)."""
+    levels = [k.removeprefix("sandbox_level_") for k, v in gauges.items() if k.startswith("sandbox_level_") and v]
+    if not levels:
+        return ""
+    who = "as root" if gauges.get("sandbox_verifier_root") else "as non-root"
+    return f"sandbox level {levels[0]} ({who})"
 
 
 def format_learner(learner: dict) -> str:
