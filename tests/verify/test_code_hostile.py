@@ -40,6 +40,12 @@ FORMATS = {
         {"input": "2\n3", "output": "5"}, {"input": "10\n-4", "output": "6"}, {"input": "[1]\n[2, 3]", "output": "[1, 2, 3]"}]},
     "stdin": {"tests": [{"input": "2 3\n", "output": "5\n"}, {"input": "10 -4\n", "output": "6\n"}]},
 }
+# Every assert inside a loop over map(candidate, ...): a StopIteration that
+# reached this code from the candidate would end each loop as if all passed.
+FORMATS["check_map"] = {"tests": {"entry_point": "add", "check": (
+    "def check(candidate):\n"
+    "    for got, want in zip(map(candidate, [2, 10], [3, -4]), [5, 6]):\n        assert got == want\n"
+    "    for got in map(candidate, [0.5], [0.25]):\n        assert abs(got - 0.75) < 1e-9\n")}}
 CALL_FORMATS = ("asserts", "asserts_code", "check", "lcb")
 # LeetCode form: the method forwards to the module-level function.
 SOLUTION = "\nclass Solution:\n    def add(self, a, b):\n        return add(a, b)\n"
@@ -482,7 +488,8 @@ def test_raising_base_exceptions_scores_zero(box):
         programs[f"{exc}_call"] = custom + f"def add(a, b):\n    raise {exc}()\n"
     programs["raise_in_generator_result"] = (
         "def add(a, b):\n    def g():\n        raise KeyboardInterrupt\n        yield 5\n    return g()\n")
-    assert _all_zero(box, programs) == {}
+    programs["StopIteration_call"] = "def add(a, b):\n    raise StopIteration\n"
+    assert _all_zero(box, programs, formats=(*CALL_FORMATS, "check_map")) == {}
     stdin = {"KeyboardInterrupt": "raise KeyboardInterrupt\n", "Custom": "class C(BaseException):\n    pass\nraise C()\n"}
     assert _all_zero(box, stdin, formats=("stdin",)) == {}
 
