@@ -126,7 +126,7 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
     conf = _server_conf(root / "nats.conf", 48)
     server = Server(root / "nats-store", conf=conf, name=f"{run}-n1").start()
     out = root / "learner-out"
-    disk = _mount_tmpfs(out, 24)
+    disk = _mount_tmpfs(out, 512)
     sc = Scenario(root, run, seed=seed, servers=[server], out_dir=out)
     records: list[dict] = []
     result: dict = {"scenario": "main", "run": run, "seed": seed, "checkpoint_tmpfs": disk}

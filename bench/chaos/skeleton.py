@@ -54,7 +54,11 @@ class Server:
         self.store.mkdir(parents=True, exist_ok=True)
         offset = self.log.stat().st_size if self.log.exists() else 0
         argv = [nats_server_binary()] + (["-c", str(self.conf)] if self.conf else [])
-        argv += ["-js", "-sd", str(self.store), "-a", self.addr, "-p", str(self.port), "-n", self.name]
+        conf_text = self.conf.read_text() if self.conf else ""
+        argv += ["-js", "-a", self.addr, "-p", str(self.port)]
+        # nats-server refuses a flag that repeats a key its config file sets.
+        argv += [] if "store_dir:" in conf_text else ["-sd", str(self.store)]
+        argv += [] if "server_name:" in conf_text else ["-n", self.name]
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(_netns_prefix(self.netns) + argv, stdout=f, stderr=subprocess.STDOUT,
                                          start_new_session=True)
