@@ -51,7 +51,8 @@ CALL_FORMATS = ("asserts", "asserts_code", "check", "lcb")
 SOLUTION = "\nclass Solution:\n    def add(self, a, b):\n        return add(a, b)\n"
 
 
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+# A docker run costs about a second (an exec per run), so the docker half is slow.
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])])
 def box(request):
     try:
         if request.param == "docker":

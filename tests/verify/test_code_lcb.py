@@ -104,3 +104,20 @@ def test_bad_functional_params_name_the_field():
         _p(tests=[_case(1, out=1)], fn_name="not a name")
     with pytest.raises(msgspec.ValidationError, match="fn_name goes with"):
         _p(tests={"entry_point": "f", "asserts": ["assert f() == 1"]}, fn_name="f")
+
+
+def test_a_training_task_spec_resolves_to_typed_params_and_scores():
+    from rlvr.protocol.tasks import VerifierSpec
+    from rlvr.verify.registry import VerifierSpecError, VerifyContext, resolve
+
+    tests = [_case([2, 7, 11, 15], 9, out=[0, 1])]
+    bound = resolve(VerifierSpec(name="code", params={"tests": tests, "fn_name": "twoSum"}))
+    assert isinstance(bound.params, CodeParams) and bound.params.fn_name == "twoSum"
+    program = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+               "        seen = {}\n        for i, x in enumerate(nums):\n"
+               "            if target - x in seen:\n                return [seen[target - x], i]\n"
+               "            seen[x] = i\n")
+    v = bound(f"```python\n{program}```", VerifyContext())
+    assert (v.outcome, v.reward, v.verifier) == ("ok", 1.0, "code"), v.detail
+    with pytest.raises(VerifierSpecError, match=r"tests\[0\]\.output"):
+        resolve(VerifierSpec(name="code", params={"tests": [{"input": "1", "output": "[1,"}], "fn_name": "f"}))
