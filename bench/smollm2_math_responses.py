@@ -18,7 +18,8 @@ This script only generates. The answers in the corpus
 (``tests/verify/data/math_smollm2.jsonl``, with their labels) came from three
 runs on a 2-core CPU: the default run stopped after its first 72 answers (all
 of style ``bare``), ``--styles boxed --per-style 36 --batch 12
---max-new-tokens 160``, and ``--arithmetic 72 --batch 12 --max-new-tokens 64``.
+--max-new-tokens 160``, ``--arithmetic 72 --batch 12 --max-new-tokens 64`` and
+``--arithmetic 48 --seed 12 --greedy --batch 12 --max-new-tokens 64``.
 Labels: where the old hand-written verifier, math-verify alone and the
 current verifier agree, their verdict (the correct ones were also read);
 every disagreement was read and decided by hand, the reason in ``note``.
@@ -76,7 +77,7 @@ def arithmetic(n: int, seed: int) -> list[dict]:
     return out
 
 
-def generate(model_dir: str, items: list[dict], batch: int, max_new: int, seed: int):
+def generate(model_dir: str, items: list[dict], batch: int, max_new: int, seed: int, greedy: bool = False):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -94,7 +95,8 @@ def generate(model_dir: str, items: list[dict], batch: int, max_new: int, seed: 
         enc = tok(texts, return_tensors="pt", padding=True)
         new = max(32, max_new // 4) if all(p["style"] == "bare" for p in chunk) else max_new
         with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=new, do_sample=True, temperature=0.7, top_p=0.95, pad_token_id=tok.pad_token_id)
+            out = model.generate(**enc, max_new_tokens=new, pad_token_id=tok.pad_token_id,
+                                 **({"do_sample": False} if greedy else {"do_sample": True, "temperature": 0.7, "top_p": 0.95}))
         for p, ids in zip(chunk, out[:, enc["input_ids"].shape[1] :]):
             yield {**{k: p[k] for k in ("id", "source", "style", "gold", "solution")}, "response": tok.decode(ids, skip_special_tokens=True).strip()}
 
@@ -109,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--styles", default=",".join(STYLES), help="comma list of prompt styles to run")
     ap.add_argument("--arithmetic", type=int, default=0, help="instead of the data sets: this many arithmetic problems")
+    ap.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
     ap.add_argument("--per-style", type=int, default=None, help="at most this many problems per style")
     args = ap.parse_args(argv)
     ap_items = arithmetic(args.arithmetic, args.seed) if args.arithmetic else []
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     # Same-style batches: a bare-answer batch then needs only a short budget.
     items.sort(key=lambda p: p["style"])
     with open(args.output, "w") as f:
-        for row in generate(args.model_dir, items, args.batch, args.max_new_tokens, args.seed):
+        for row in generate(args.model_dir, items, args.batch, args.max_new_tokens, args.seed, args.greedy):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             f.flush()
     return 0

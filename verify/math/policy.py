@@ -12,7 +12,7 @@ Each policy has a name; the scorer reports the one that decided a case.
   answer, so a response cut off after "4. Since we" does not answer 4.
   ``unevaluated``: plain-text arithmetic that math-verify finds in prose
   ("5 - 61 is a mix of ...") restates the question; the search falls back to
-  the last number.
+  the last result after "=" in the text, then to the last number.
 - ``decimal_comma``: a response that is one number (or ``x =`` one number)
   with a single comma reads it as a decimal comma (``1000,99``, ``0,111``,
   ``2,5``) unless the comma groups thousands (``1,000``), and only when the
@@ -49,6 +49,7 @@ _DECIMAL_COMMA = re.compile(r"^(?:[a-zA-Z]\s*=\s*)?(-?\d+),(\d+)$")
 _LIST_MARKER = re.compile(r"^([ \t]*)\d{1,2}[.)][ \t]+(?=[^\W\d_])", re.M)
 _PLAIN_ARITHMETIC = re.compile(r"[\d\s.,+\-*/×()]+")
 _OPERATION = re.compile(r"\d\s*[-+*/×]\s*\(?\d")
+_RESULT = re.compile(r"\d\s*=\s*(-?\d+(?:\.\d+)?)(?![\d.,]?\d)")
 _SPACED_DECIMAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:[ \u00a0\u202f]\d{3})+),(\d{1,2})(?!\d)")
 _CHOICE = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-E])\)?\s*\}?$")
 _CHOICE_PRED = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-Ea-e])\)?(?![A-Za-z0-9])")
@@ -87,6 +88,14 @@ def unevaluated(found: str, prose: str) -> bool:
     if any(mark in prose for mark in ("$", "\\(", "\\[")):
         return False
     return bool(_PLAIN_ARITHMETIC.fullmatch(found.strip())) and _OPERATION.search(found) is not None
+
+
+def last_result(prose: str) -> str | None:
+    """The number after the last "=" of plain-text arithmetic, if any."""
+    last = None
+    for last in _RESULT.finditer(prose):
+        pass
+    return None if last is None else last.group(1)
 
 
 def decimal_comma(span: str) -> str | None:
@@ -186,6 +195,7 @@ __all__ = [
     "decimal_comma",
     "is_base_n",
     "is_word",
+    "last_result",
     "localise",
     "localise_prose",
     "number_of",

@@ -94,7 +94,9 @@ def read(text: str, strictness: Strictness, params: MathParams) -> Reading | Non
             shown = parsed.text or str(parsed.value)
             span = policy.localise(shown)
             return Reading(span, "prose", shown, parsed if span == shown else None)
-        answer, route = extract_last_number(tail), "last_number"
+        # "40 + 20 = 60 ... not a 40 + 20 calculator": the last result stated
+        # after "=" is the better last resort, then the last number.
+        answer, route = policy.last_result(tail) or extract_last_number(tail), "last_number"
     if answer is None:
         return None
     _check(answer, params)
