@@ -19,7 +19,8 @@ This script only generates. The answers in the corpus
 runs on a 2-core CPU: the default run stopped after its first 72 answers (all
 of style ``bare``), ``--styles boxed --per-style 36 --batch 12
 --max-new-tokens 160``, ``--arithmetic 72 --batch 12 --max-new-tokens 64`` and
-``--arithmetic 48 --seed 12 --greedy --batch 12 --max-new-tokens 64``.
+``--arithmetic 48 --seed 12 --greedy --batch 12 --max-new-tokens 64`` (its ids
+renamed ``arith-greedy-N``).
 Labels: where the old hand-written verifier, math-verify alone and the
 current verifier agree, their verdict (the correct ones were also read);
 every disagreement was read and decided by hand, the reason in ``note``.

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from math_corpus import CORPUS, build
 
 from rlvr.verify.math import MathParams, score_math
 
+# Minimum cases per family. SmolLM2-135M is rarely right, so its family is
+# mostly wrong answers: it measures false positives on real output.
 FAMILIES = {"smollm2": 60, "bare_latex": 60, "localised": 30, "units": 40, "structure": 40, "worked_gold": 80}
 MAX_RATE = 0.01
 
@@ -29,7 +30,6 @@ def test_corpus_file_matches_its_builder():
     assert _cases() == build(), "run: python tests/verify/math_corpus.py"
 
 
-@pytest.mark.slow
 def test_false_negative_and_false_positive_rates_are_at_most_one_percent_per_corpus():
     cases = _cases()
     per: dict[str, dict[str, list]] = {}
