@@ -6,14 +6,15 @@ before any program code exists. In order, it:
 1. reads all of stdin: a per-run HMAC key (hex, first line) and the test plan
    (JSON: setup code, entry point, tests). stdin is then at EOF, so nothing of
    it is left for anyone else to read;
-2. makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): no process of
+2. keeps a private dup of stdout for its records and points fd 1 at stderr,
+   so a ``print`` in test code cannot break a record;
+3. makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): no process of
    the sandbox's uid can ptrace it, ``process_vm_readv`` it, or open its
    ``/proc/<pid>/mem``, ``environ`` or ``fd/*``. It fails closed: a driver
    that cannot do this reports a fault and runs nothing;
-3. drops the work dir from ``sys.path`` (``-I`` already does) and imports all
-   it needs, so a module file the program writes later is never imported here;
-4. keeps a private dup of stdout for its records and points fd 1 at stderr,
-   so a ``print`` in test code cannot break a record;
+4. keeps ``sys.path`` to the read-only standard library (``-I -S``; the work
+   dir and ``/tmp`` dropped), so a module file the program writes is never
+   imported here, whenever test code imports;
 5. starts the candidate's process (``child.py``, ``code_child``) with stdin
    from ``/dev/null``, stdout and stderr into a pipe this driver drains and
    caps, and two pipes for calls and answers; nothing else is inherited;
@@ -104,7 +105,7 @@ class Candidate:
         cmd_r, cmd_w = os.pipe()
         ans_r, ans_w = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable or "python3", "-I", "child.py", str(cmd_r), str(ans_w)],
+            [sys.executable or "python3", "-I", "-u", "child.py", str(cmd_r), str(ans_w)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             pass_fds=(cmd_r, ans_w), close_fds=True, env=dict(os.environ),
         )
@@ -201,6 +202,10 @@ class Remote:
 
     def __call__(self, *args, **kwargs):
         return self._cand.call(self._name, args, kwargs)
+
+    @property
+    def __name__(self) -> str:
+        return self._name
 
     def __repr__(self) -> str:
         return f"<candidate {self._name}>"

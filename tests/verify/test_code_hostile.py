@@ -472,9 +472,85 @@ def add(a, b):
 '''
 READER_STDIN = READER + "a, b = map(int, input().split())\nprint(add(a, b))\n"
 
+# The driver's memory, as "reading the expected values out of the runner's
+# memory" did to the old in-process runner: /proc/<pid>/mem of every process
+# (the driver is the parent), then process_vm_readv; the key (64 hex digits
+# after the plan's start) forges records, the assert text gives the answers.
+MEMREADER = r'''
+import ctypes, hashlib, hmac, json, os, re
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+def _regions(pid):
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                addr, perms = line.split()[:2]
+                if perms.startswith("rw"):
+                    lo, hi = (int(x, 16) for x in addr.split("-"))
+                    yield lo, min(hi, lo + (64 << 20))
+    except OSError:
+        return
+
+def _dump(pid):
+    out = []
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except OSError:
+        fd = None
+    libc = ctypes.CDLL(None, use_errno=True)
+    for lo, hi in _regions(pid):
+        chunk = b""
+        if fd is not None:
+            try:
+                chunk = os.pread(fd, hi - lo, lo)
+            except OSError:
+                chunk = b""
+        if not chunk:
+            buf = ctypes.create_string_buffer(hi - lo)
+            local, remote = _IoVec(ctypes.cast(buf, ctypes.c_void_p), hi - lo), _IoVec(lo, hi - lo)
+            n = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+            chunk = buf.raw[:n] if n > 0 else b""
+        out.append(chunk)
+    return b"".join(out)
+
+BLOB = b"".join(_dump(int(p)) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
+VALUES = {}
+for m in re.finditer(rb"(?:add|candidate)\((-?\d+), (-?\d+)\) == (-?\d+)", BLOB):
+    VALUES[(int(m[1]), int(m[2]))] = int(m[3])
+OWN = set()
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        OWN.add(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        pass
+for key_hex in set(re.findall(rb"(?<![0-9a-f])([0-9a-f]{64})\n\{", BLOB)):
+    key = bytes.fromhex(key_hex.decode())
+    for i in range(6):
+        body = json.dumps(["test", i, True, ""], separators=(",", ":")).encode()
+        line = hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b" " + body + b"\n"
+        for pid in (os.getppid(), 1):
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                fds = []
+            for fd in fds:
+                try:  # not the pipes it shares with the driver: those carry its own answers
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") not in OWN:
+                        os.write(os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK), line)
+                except OSError:
+                    pass
+
+def add(a, b):
+    if isinstance(a, list):
+        return []
+    return VALUES.get((a, b), a - b)
+'''
+
 
 def test_reading_files_in_the_sandbox_scores_zero(box):
-    assert _all_zero(box, {"reader": READER}) == {}
+    assert _all_zero(box, {"reader": READER, "driver_memory": MEMREADER}) == {}
     assert _all_zero(box, {"reader": READER_STDIN}, formats=("stdin",)) == {}
 
 
