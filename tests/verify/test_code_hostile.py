@@ -47,6 +47,8 @@ FORMATS["check_map"] = {"tests": {"entry_point": "add", "check": (
     "    for got, want in zip(map(candidate, [2, 10], [3, -4]), [5, 6]):\n        assert got == want\n"
     "    for got in map(candidate, [0.5], [0.25]):\n        assert abs(got - 0.75) < 1e-9\n")}}
 CALL_FORMATS = ("asserts", "asserts_code", "check", "lcb")
+# stdin/stdout form of a hostile program: its (wrong) add on the input line.
+STDIN_MAIN = "a, b = map(int, input().split())\nprint(add(a, b))\n"
 # LeetCode form: the method forwards to the module-level function.
 SOLUTION = "\nclass Solution:\n    def add(self, a, b):\n        return add(a, b)\n"
 
@@ -252,6 +254,7 @@ def add(a, b):
 
 def test_frame_traceback_and_gc_walks_score_zero(box):
     assert _all_zero(box, {"walker": WALKER}) == {}
+    assert _all_zero(box, {"walker": WALKER + STDIN_MAIN}, formats=("stdin",)) == {}
 
 
 # -- patching builtins, AssertionError and the harness -------------------------------------
@@ -309,6 +312,7 @@ def add(a, b):
 
 def test_stripping_asserts_scores_zero(box):
     assert _all_zero(box, {"stripper": STRIPPER}, formats=("asserts", "asserts_code", "check")) == {}
+    assert _all_zero(box, {"stripper": STRIPPER + STDIN_MAIN}, formats=("stdin",)) == {}
 
 
 # -- sys.modules poisoning -----------------------------------------------------------------
@@ -361,6 +365,7 @@ def add(a, b):
 
 def test_sys_modules_poisoning_scores_zero(box):
     assert _all_zero(box, {"poisoner": POISONER}) == {}
+    assert _all_zero(box, {"poisoner": POISONER + STDIN_MAIN}, formats=("stdin",)) == {}
 
 
 # -- printing fake records ------------------------------------------------------------------
