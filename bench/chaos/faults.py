@@ -251,10 +251,9 @@ def delete_consumer(sc: Scenario, rng, kind: str, durable: str) -> dict:
 
 
 def _last_error(log: str) -> str:
-    for line in reversed(log.splitlines()):
-        if '"level": "error"' in line or "Error" in line:
-            return line[-400:]
-    return ""
+    from bench.chaos.scenario import failure_of
+
+    return failure_of(log)
 
 
 # --- the learner's edges --------------------------------------------------------------

@@ -34,6 +34,20 @@ BUS = {"ack_wait_s": ACK_WAIT_S, "heartbeat_every_s": 0.5, "nak_delay_s": 0.2, "
 INJECTED_K = 10**6  # task numbers of messages the runner injects: the feeder never reaches them
 
 
+def failure_of(log: str) -> str:
+    """The error a role logged when it failed (its ``actor_failed`` line), else the log's last line."""
+    import json
+
+    for line in reversed(log.splitlines()):
+        if '"actor_failed"' in line or '"cannot_connect"' in line:
+            try:
+                return str(json.loads(line).get("error", ""))[:400]
+            except ValueError:
+                return line[:400]
+    tail = log.strip().splitlines()
+    return tail[-1][:400] if tail else "(no log)"
+
+
 def is_injected(task_id: str) -> bool:
     tail = task_id.rsplit("-t", 1)[-1]
     return not tail.isdigit() or int(tail) >= INJECTED_K
@@ -147,9 +161,11 @@ class Scenario:
         return st.step if st else 0
 
     def wait_progress(self, floor0: int, timeout_s: float) -> float | None:
-        """Seconds until the committed floor passes ``floor0`` (None: it did not within ``timeout_s``)."""
+        """Seconds until the committed floor passes ``floor0`` (None: it did not within ``timeout_s``).
+        A role that exits meanwhile is restarted, as a supervisor would, and recorded."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout_s:
+            self.violations += self.revive()
             f = self.committed_floor()
             if f > floor0:
                 self.floor_history.append((time.time(), f))
@@ -165,8 +181,7 @@ class Scenario:
         """Restart every role that exited without being told to; each is a finding."""
         found = []
         for replica, rc in self.sk.unexpected_exits():
-            tail = self.sk.log_text(replica)[-1500:]
-            found.append(f"{replica} exited {rc} unexpectedly: ...{tail[-600:]}")
+            found.append(f"{replica} exited {rc} unexpectedly: {failure_of(self.sk.log_text(replica))}")
             self.sk.restart(replica)
             self.wait_running(replica, timeout_s=180)
         return found
