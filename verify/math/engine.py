@@ -205,6 +205,8 @@ def same(gold: Parsed, pred: Parsed) -> bool:
         return bool(gold.text) and gold.text.strip() == pred.text.strip()
     if any(_big_power(v) for v in gold.values + pred.values):
         return any(_doit(g) == _doit(p) for g in gold.values for p in pred.values)
+    if gold.text and gold.text == pred.text or any(g == p for g in gold.values for p in pred.values):
+        return True  # the same tree: nothing to evaluate
     if len(gold.values) == 1 and len(pred.values) == 1:
         exact = _constants_equal(gold.value, pred.value)
         if exact is not None:
