@@ -159,11 +159,21 @@ def run_cluster_scenario(root: Path, run: str, seed: int, quick: bool) -> dict:
     out = root / "cluster-result.json"
     root.mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             ["ip", "netns", "exec", HUB, sys.executable, "-m", "bench.chaos.cluster", str(root), run, str(seed),
              "1" if quick else "0", str(out)],
-            cwd=REPO, timeout=3600, start_new_session=True,
+            cwd=REPO, start_new_session=True,
         )
+        try:
+            proc.wait(3600)
+        finally:
+            if proc.poll() is None:  # interrupted: let it unwind (stop its roles and servers) first
+                proc.terminate()
+                try:
+                    proc.wait(90)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         if not out.exists():
             return {**skipped, "violations": [f"the cluster scenario ended ({proc.returncode}) without a result"]}
         return json.loads(out.read_text())

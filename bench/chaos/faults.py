@@ -22,12 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-import anyio  # noqa: F401 (imported for the observer's loop type hints elsewhere)
 from nats.js import api
 
 from bench.chaos.invariants import read_committed
 from bench.chaos.scenario import ACK_WAIT_S, Scenario
-from rlvr.protocol import DeadLetter  # noqa: F401
 
 
 def _result(kind: str, **detail) -> dict:
@@ -125,39 +123,6 @@ def kill_learner_in_commit_window(sc: Scenario, rng) -> dict:
     sc.start_learner()
     return _result("sigkill:learn:commit_window", commit=n, hit=bool(hit), ledger_entry_written=ledger_written,
                    rc=rc, renames_delayed_s=delay_us / 1e6 if tracer else 0)
-
-
-def kill_learner_mid_engine_save(sc: Scenario, rng) -> dict:
-    """SIGKILL while commit-N/engine/ is being written (engine-backed scenarios only)."""
-    root = sc.out / "checkpoints"
-    st = read_committed(sc.out).state
-    n = (st.commits if st else 0) + 2  # not the next commit: it may be under way already
-    engine = root / f"commit-{n:06d}" / "engine"
-    hit = _freeze_on(sc, engine, 120, lambda: not (engine.parent / "learner.json").exists())
-    sc.sk.signal("learn-0", signal.SIGKILL)
-    sc.sk.signal("learn-0", signal.SIGCONT)
-    rc = sc.sk.wait_exit("learn-0", 30)
-    sc.start_learner()
-    return _result("sigkill:learn:mid_engine_save", commit=n, hit=bool(hit), rc=rc)
-
-
-def kill_learner_mid_weight_publish(sc: Scenario, rng) -> dict:
-    """SIGKILL once the next version's weights directory exists and before its announcement (engine only)."""
-    version = int(sc.obs.heartbeats.get("learn-0", (0, None))[1].policy_version) if "learn-0" in sc.obs.heartbeats else 0
-    vdir = sc.out / "weights" / f"v{version + 1}"
-    announced = sc.obs.stream_state("WEIGHTS")
-    before = announced.state.last_seq if announced else 0
-
-    def not_announced() -> bool:
-        info = sc.obs.stream_state("WEIGHTS")
-        return (info.state.last_seq if info else 0) == before
-
-    hit = _freeze_on(sc, vdir, 120, not_announced)
-    sc.sk.signal("learn-0", signal.SIGKILL)
-    sc.sk.signal("learn-0", signal.SIGCONT)
-    rc = sc.sk.wait_exit("learn-0", 30)
-    sc.start_learner()
-    return _result("sigkill:learn:mid_weight_publish", version=version + 1, hit=bool(hit), rc=rc)
 
 
 def kill_role(sc: Scenario, rng, replica: str) -> dict:

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -153,6 +154,18 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
     return result
 
 
+def _cluster(*a):
+    from bench.chaos.cluster import run_cluster_scenario
+
+    return run_cluster_scenario(*a)
+
+
+def _engine(*a):
+    from bench.chaos.engine import run_engine_scenario
+
+    return run_engine_scenario(*a)
+
+
 def summarize(scenarios: list[dict], args, wall_s: float) -> dict:
     faults = [f for s in scenarios for f in s.get("faults", [])]
     kinds = Counter(f.get("kind", f["label"]).split(":x")[0] for f in faults)
@@ -163,13 +176,14 @@ def summarize(scenarios: list[dict], args, wall_s: float) -> dict:
         c = s.get("finish", {}).get("custody")
         if c is None:
             continue
-        published += c.published
-        trained += c.trained
-        lost += len(c.lost)
-        twice += len(c.twice)
-        in_flight += c.in_flight
-        dropped.update(c.dropped_listed)
-        dropped.update(c.dropped_unlisted)
+        c = c if isinstance(c, dict) else _jsonable(c)  # the cluster's comes back as JSON
+        published += c["published"]
+        trained += c["trained"]
+        lost += len(c["lost"])
+        twice += len(c["twice"])
+        in_flight += c["in_flight"]
+        dropped.update(c["dropped_listed"])
+        dropped.update(c["dropped_unlisted"])
     stalls = [(f["stall_s"], f["label"]) for f in faults if f.get("stall_s") is not None]
     longest = max(stalls, default=(None, None))
     violations = [v for s in scenarios for v in s.get("violations", [])]
@@ -187,6 +201,19 @@ def summarize(scenarios: list[dict], args, wall_s: float) -> dict:
     }
 
 
+class _Saved(list):
+    """The scenario results, each also written to the work directory as it completes."""
+
+    def __init__(self, work: Path) -> None:
+        super().__init__()
+        self.work = work
+
+    def append(self, result: dict) -> None:
+        super().append(result)
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.work / f"scenario-{len(self)}-{result.get('scenario')}.json").write_text(json.dumps(_jsonable(result)))
+
+
 def _jsonable(obj):
     import msgspec
 
@@ -199,23 +226,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--work-dir", help="keep run directories and logs here (default: a temporary directory)")
-    p.add_argument("--scenarios", default="", help="comma-separated subset: main,main2,cluster")
+    p.add_argument("--scenarios", default="", help="comma-separated subset: main,main2,cluster,engine")
     p.add_argument("--only", default="", help="comma-separated fault label prefixes (debugging a fault)")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="rlvr-chaos-"))
-    wanted = set(filter(None, args.scenarios.split(","))) or ({"main"} if args.quick else {"main", "main2", "cluster"})
+    wanted = set(filter(None, args.scenarios.split(","))) or (
+        {"main"} if args.quick else {"main", "main2", "engine", "cluster"})
+    # SIGTERM (a CI timeout, kill): unwind, so every process, mount and namespace is cleaned up.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     only = [o for o in args.only.split(",") if o]
     t0 = time.monotonic()
-    scenarios = []
-    if "main" in wanted:
-        scenarios.append(run_main_scenario(work / "main", "chaos", args.seed, args.quick, only))
-    if "main2" in wanted:
-        scenarios.append(run_main_scenario(work / "main2", "chaos2", args.seed + 1, args.quick, only))
-    if "cluster" in wanted:
-        from bench.chaos.cluster import run_cluster_scenario
-
-        scenarios.append(run_cluster_scenario(work / "cluster", "chaos3", args.seed + 2, args.quick))
+    scenarios = _Saved(work)
+    runners = {
+        "main": lambda: run_main_scenario(work / "main", "chaos", args.seed, args.quick, only),
+        "main2": lambda: run_main_scenario(work / "main2", "chaos2", args.seed + 1, args.quick, only),
+        "cluster": lambda: _cluster(work / "cluster", "chaos3", args.seed + 2, args.quick),
+        "engine": lambda: _engine(work / "engine", "chaos4", args.seed + 3, args.quick),
+    }
+    for name in ("main", "main2", "cluster", "engine"):
+        if name not in wanted:
+            continue
+        try:
+            scenarios.append(runners[name]())
+        except Exception as e:  # the runner's own failure: reported, the other scenarios still run
+            scenarios.append({"scenario": name, "faults": [],
+                              "violations": [f"scenario {name} crashed in the runner: {type(e).__name__}: {e}"]})
     report = _jsonable(summarize(scenarios, args, time.monotonic() - t0))
     report["work_dir"] = str(work)
     text = json.dumps(report, indent=2)
