@@ -231,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="rlvr-chaos-"))
+    if work.exists() and any(work.iterdir()):
+        # A server store or checkpoint left by another run would be read as this run's.
+        p.error(f"--work-dir {work} is not empty")
     wanted = set(filter(None, args.scenarios.split(","))) or (
         {"main"} if args.quick else {"main", "main2", "engine", "cluster"})
     # SIGTERM (a CI timeout, kill): unwind, so every process, mount and namespace is cleaned up.
