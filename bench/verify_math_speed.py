@@ -16,7 +16,9 @@ share a gold.
   ``parse(response)``, ``verify(gold, answer)`` for every case, with
   ``LatexExtractionConfig`` and ``ExprExtractionConfig`` and timeouts off.
 
-The two run interleaved within each repeat, so machine load hits both alike;
+The two run interleaved within each repeat, in alternating order, each
+starting from empty caches (math-verify's and sympy's), so machine load and
+warm caches favour neither;
 the median over repeats is reported with the ratio project / math_verify, and
 one JSON line is appended to ``bench/results/verify_math_speed.jsonl``. The
 verdicts of both are counted too, so a fast wrong verifier is visible.
@@ -71,9 +73,11 @@ def _cold() -> None:
     """Empty math-verify's own small parse caches, so neither side starts
     with what the other one parsed."""
     from math_verify import parser
+    from sympy.core.cache import clear_cache
 
     for fn in (parser.parse_latex_cached, parser.parse_expr_cached, parser.extract_latex):
         fn.cache_clear()
+    clear_cache()  # sympy's own, shared by both
 
 
 def run_project(cases: list[tuple[str, str]]) -> tuple[float, int]:
@@ -124,8 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name, cases in sets.items():
         project, alone = [], []
-        for _ in range(args.repeats):
-            (p_rate, p_ok), (m_rate, m_ok) = run_project(cases), run_math_verify(cases)
+        for k in range(args.repeats):
+            if k % 2:  # alternate which goes first
+                (m_rate, m_ok), (p_rate, p_ok) = run_math_verify(cases), run_project(cases)
+            else:
+                (p_rate, p_ok), (m_rate, m_ok) = run_project(cases), run_math_verify(cases)
             project.append(p_rate)
             alone.append(m_rate)
         p, m = statistics.median(project), statistics.median(alone)

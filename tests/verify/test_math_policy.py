@@ -15,18 +15,19 @@ from rlvr.verify.math.scorer import _gold
 
 CASES = [
     # (response, gold, reward, route, policy)
-    ("\\frac{10}{9}", "\\frac{10}{9}", 1.0, "bare", "number"),  # never "9" by last number
-    ("x^2 - 2x + 2", "x^2-2x+2", 1.0, "bare", "math_verify"),
-    ("(6, 1)", "(6,1)", 1.0, "bare", "math_verify"),
+    ("\\frac{10}{9}", "10/9", 1.0, "bare", "number"),  # never "9" by last number
+    ("x^2 - 2x + 2", "2 - 2x + x^2", 1.0, "bare", "math_verify"),
+    ("(6, 1)", "\\left(6, 1\\right)", 1.0, "bare", "math_verify"),
     ("1, 6", "(6,1)", 0.0, "bare", "ordered"),  # a bare list against a point keeps its order
     ("[-2, 5]", "[-2,5)", 0.0, "bare", "math_verify"),
     ("\\boxed{[3, \\frac{\\pi}{2}]}", "\\left( 3, \\frac{\\pi}{2} \\right)", 0.0, "boxed", "brackets"),
     ("1000,99", "1000.99", 1.0, "bare", "number"),  # decimal comma
     ("1,000", "1000", 1.0, "bare", "number"),  # one comma then three digits: thousands
-    ("1 000", "1000", 1.0, "bare", "number"),
+    ("1 000", "1000", 1.0, "bare", "identical"),  # after localisation
     ("Il a payé 12,50 € au total.", "12.5", 1.0, "prose", "number"),
     ("Elle a 1 200,50 € d'économies.", "1200.5", 1.0, "prose", "number"),
-    ("15 pct", "15\\%", 1.0, "bare", "math_verify"),
+    ("15 pct", "15\\%", 1.0, "bare", "identical"),
+    ("15 pct", "0.15", 1.0, "bare", "math_verify"),
     ("\\boxed{0.5}", "50", 0.0, "boxed", "number"),  # percent only when one side carries %
     ("\\boxed{1.4142}", "\\sqrt{2}", 1.0, "boxed", "tolerance"),  # 4 significant digits
     ("\\boxed{1.41}", "\\sqrt{2}", 0.0, "boxed", "tolerance"),
@@ -36,16 +37,17 @@ CASES = [
     ("\\boxed{x+1=4}", "4", 0.0, "boxed", "equation"),  # only "name = value" unwraps
     ("\\boxed{k = \\frac{1}{3}}", "\\frac13", 1.0, "boxed", "math_verify"),
     ("\\boxed{\\frac{7!}{16}}", "315", 1.0, "boxed", "math_verify"),
-    ("So the answer is 7.", "We add: $3 + 4 = 7$, so the total is $\\boxed{7}$.", 1.0, "answer_is", "number"),
-    ("#### 72", "She pays 3 * 24 = 72.\n#### 72", 1.0, "hashes", "number"),
+    ("So the answer is 7.", "We add: $3 + 4 = 7$, so the total is $\\boxed{7}$.", 1.0, "answer_is", "identical"),
+    ("#### 72", "She pays 3 * 24 = 72.\n#### 72", 1.0, "hashes", "identical"),
+    ("#### 72.0", "She pays 3 * 24 = 72.\n#### 72", 1.0, "hashes", "number"),
     # list_marker: "4." opens a list item; the last value stated is 8.
     ("1. Multiply 8 by itself.\n2. Then add the height.\n4. Since we fill", "4", 0.0, "prose", "number"),
     # unevaluated: the question restated in plain text; the last number is 61.
     ("5 - 61 is a mix of a decimal and a fraction.", "-56", 0.0, "last_number", "number"),
     ("Answer \\( (9+1) \\)", "10", 1.0, "prose", "math_verify"),
-    ("Final Answer: The largest $n$ is 34.", "34", 1.0, "answer_is", "number"),
+    ("Final Answer: The largest $n$ is 34.", "34", 1.0, "answer_is", "identical"),
     ("\\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}", "1, -2", 1.0, "boxed", "math_verify"),
-    ("so \\boxed{1} then \\boxed{2}", "2", 1.0, "boxed", "number"),
+    ("so \\boxed{1} then \\boxed{2}", "2", 1.0, "boxed", "identical"),
     ("\\boxed{200} and later \\boxed{255}. Final Answer: The final answer is $10,455$.", "10455", 1.0, "answer_is", "number"),
     ("1.22", "1,22", 1.0, "bare", "number"),
     ("AZYUK2A", "2", 0.0, "none", ""),

@@ -18,6 +18,8 @@ Each policy has a name; the scorer reports the one that decided a case.
   ``2,5``) unless the comma groups thousands (``1,000``), and only when the
   gold is one number, so ``(6,1)`` and lists stay lists. A gold written so
   (``1,22``) is read the same way when the response is a decimal (``1.22``).
+- ``identical``: the answer written as the gold is (spaces aside) is right
+  without parsing.
 - ``choice``: a gold that is a letter A-E (``B``, ``(B)``, ``\\text{(B)}``)
   is matched by the response's leading letter only.
 - ``word``: a word answer (``\\text{east}``) compares as text, case and
