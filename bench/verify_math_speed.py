@@ -53,19 +53,19 @@ def _wrong(gold: str) -> str:
 
 def gsm8k_set(n: int, group: int, rng: random.Random) -> list[tuple[str, str]]:
     cases = []
-    for r in rng.sample(_rows(ROOT / "data" / "gsm8k" / "test.jsonl.gz"), n):
+    for i, r in enumerate(rng.sample(_rows(ROOT / "data" / "gsm8k" / "test.jsonl.gz"), n)):
         gold = r["answer"].split("####")[-1].strip().replace(",", "")
         forms = [r["answer"], f"So the total is $\\boxed{{{gold}}}$.", gold, f"The answer is {_wrong(gold)}.", f"#### {_wrong(gold)}"]
-        cases += [(forms[k % len(forms)], gold) for k in range(group)]
+        cases += [(forms[(i + k) % len(forms)], gold) for k in range(group)]  # every form, even at --group 1
     return cases
 
 
 def math_set(n: int, group: int, rng: random.Random) -> list[tuple[str, str]]:
     cases = []
-    for r in rng.sample(_rows(ROOT / "data" / "math500" / "test.jsonl"), n):
+    for i, r in enumerate(rng.sample(_rows(ROOT / "data" / "math500" / "test.jsonl"), n)):
         gold = r["answer"]
         forms = [r["solution"], f"Therefore the answer is $\\boxed{{{gold}}}$.", f"The answer is ${gold}$.", f"\\boxed{{{_wrong(gold)}}}"]
-        cases += [(forms[k % len(forms)], gold) for k in range(group)]
+        cases += [(forms[(i + k) % len(forms)], gold) for k in range(group)]  # every form, even at --group 1
     return cases
 
 
