@@ -37,6 +37,13 @@ CASES = {
     "nested_frac_depth_500": "\\boxed{" + _nested_frac(500) + "}",
     "many_commas": "\\boxed{" + ",".join(["1"] * 400) + "}",
     "long_sum": "\\boxed{" + "+".join(["x"] * 300) + "}",
+    # Prose is searched by math-verify's regexes: they must stay linear too.
+    "prose_of_dollars": "$" * 5000,
+    "prose_of_parentheses": "(" * 5000 + "1" + ")" * 5000,
+    "prose_nested_frac": "so we get " + "\\frac{1}{" * 300 + "2" + "}" * 300 + " done",
+    "answer_marker_spam": "the answer is " * 3000,
+    "sqrt_tower_in_prose": "so $" + "\\sqrt{" * 200 + "2" + "}" * 200 + "$",
+    "power_tower_in_prose": "we get $9^{9^{9^{9}}}$ here",
 }
 
 
