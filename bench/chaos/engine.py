@@ -48,12 +48,13 @@ def kill_learner_mid_weight_publish(sc: Scenario, rng) -> dict:
     have = [int(p.name[1:]) for p in weights.glob("v*") if p.name[1:].isdigit()] if weights.exists() else []
     version = max(have, default=0) + 2  # not the next one: it may be under way already
     vdir = weights / f"v{version}"
-    announced = sc.obs.stream_state("WEIGHTS")
-    before = announced.state.last_seq if announced else 0
 
     def not_announced() -> bool:
-        info = sc.obs.stream_state("WEIGHTS")
-        return (info.state.last_seq if info else 0) <= before + 1  # v-1 may land first
+        from rlvr.protocol import WeightsAnnouncement, decode
+
+        names = sc.obs.names
+        last = sc.obs.try_call(sc.obs.js.get_last_msg(names.stream("WEIGHTS"), names.weights), timeout_s=8)
+        return last is None or decode(last.data, WeightsAnnouncement).version < version
 
     hit = _freeze_on(sc, vdir, 180, not_announced)
     sc.sk.signal("learn-0", signal.SIGKILL)
