@@ -117,3 +117,18 @@ def test_expected_values_never_enter_the_sandbox():
         box.close()
     assert len(box.seen) == 4
     assert not any(str(secret) in s for s in box.seen)
+
+
+def test_a_driver_that_cannot_become_non_dumpable_runs_nothing(monkeypatch):
+    from rlvr.verify import code
+
+    broken = code._HARNESS["driver.py"].replace(
+        "def harden() -> None:\n", "def harden() -> None:\n    raise OSError(1, 'prctl refused')\n")
+    monkeypatch.setitem(code._HARNESS, "driver.py", broken)
+    box = make_sandbox("local")
+    try:
+        params = msgspec.convert({"tests": {"entry_point": "f", "asserts": ["assert f() == 1"]}}, CodeParams)
+        v = score_code("```python\ndef f():\n    return 1\n```", params, box, SandboxLimits(wall_s=10.0))
+    finally:
+        box.close()
+    assert (v.outcome, v.reward) == ("sandbox_error", 0.0) and "non-dumpable" in v.detail
