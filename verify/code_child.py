@@ -121,6 +121,7 @@ def serve(fd_in: int, fd_out: int) -> None:
 
 
 def run_main() -> None:
+    sys.argv[:] = ["solution.py"]
     ns = {"__name__": "__main__", "__builtins__": __builtins__, "__file__": "solution.py"}
     exec(PRELUDE, ns)
     for path in ("setup.py", "solution.py"):
