@@ -18,7 +18,7 @@ from rlvr.verify.sandbox import SandboxLimits, SandboxUnavailableError, make_san
 
 pytestmark = pytest.mark.docker
 LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5, memory_mb=256, output_bytes=4096)
-HUMANEVAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+HUMANEVAL = Path(__file__).resolve().parents[2] / "data" / "humaneval" / "HumanEval.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +64,6 @@ def test_output_and_memory_limits(box):
 
 
 def test_humaneval_sample_through_docker(box):
-    if not HUMANEVAL.exists():
-        pytest.skip(f"HumanEval data not found at {HUMANEVAL}")
     with gzip.open(HUMANEVAL, "rt") as f:
         problems = [json.loads(line) for line in f]
     for p in random.Random(1).sample(problems, 12):
