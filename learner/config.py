@@ -51,6 +51,9 @@ class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl",
     # Record field holding tests for code tasks, passed as params.tests instead of the
     # answer ("" = use answer_field).
     tests_field: str = ""
+    # More verifier params from record fields, {param = "field"}: e.g. {fn_name = "fn_name"}
+    # for LeetCode / LiveCodeBench functional tasks (tests_field holds their {input, output} cases).
+    params_fields: dict[str, str] = {}
     # A full verifier spec instead (e.g. a composite); "{gold}" / "{tests}" in
     # its params are replaced by the record's answer / tests.
     verifier_spec: VerifierSpec | None = None

@@ -156,13 +156,27 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _tests(value: Any) -> Any:
+    # LiveCodeBench ships its test cases as a JSON-encoded string.
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _jsonl(cfg: JsonlDataset) -> list[TaskSpec]:
     records = _read_records(Path(cfg.path))
     out = []
     for i, r in enumerate(records):
         if cfg.prompt_field not in r:
             raise DatasetError(f"{cfg.path} record {i} has no field {cfg.prompt_field!r}")
-        params = {"tests": r[cfg.tests_field]} if cfg.tests_field else {"gold": str(r[cfg.answer_field])}
+        params = {"tests": _tests(r[cfg.tests_field])} if cfg.tests_field else {"gold": str(r[cfg.answer_field])}
+        for param, field in cfg.params_fields.items():
+            if field not in r:
+                raise DatasetError(f"{cfg.path} record {i} has no field {field!r} (params_fields.{param})")
+            params[param] = r[field]
         out.append(TaskSpec(Path(cfg.path).stem, i, str(r[cfg.prompt_field]), VerifierSpec(cfg.verifier, params)))
     return out
 
