@@ -17,8 +17,12 @@ and a fixed arrival order, which this scenario does not impose.
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 from bench.chaos import faults as F
@@ -29,17 +33,47 @@ from bench.chaos.skeleton import Server
 
 
 def kill_learner_mid_engine_save(sc: Scenario, rng) -> dict:
-    """SIGKILL while commit-N/engine/ is being written (engine-backed scenarios only)."""
+    """SIGKILL while commit-N/engine/ is being written: some of its files are there, learner.json is not.
+
+    The tiny model saves in milliseconds, so for the duration the learner is traced with strace,
+    each ``openat`` delayed on its way out: the save then takes seconds, file by file."""
+    deadline = time.monotonic() + 300
+    while sc.learner_steps_logged() < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)  # past its start-up (thousands of imports would each be delayed)
     root = sc.out / "checkpoints"
     st = read_committed(sc.out).state
     n = (st.commits if st else 0) + 2  # not the next commit: it may be under way already
     engine = root / f"commit-{n:06d}" / "engine"
-    hit = _freeze_on(sc, engine, 120, lambda: not (engine.parent / "learner.json").exists())
-    sc.sk.signal("learn-0", signal.SIGKILL)
-    sc.sk.signal("learn-0", signal.SIGCONT)
-    rc = sc.sk.wait_exit("learn-0", 30)
+    pid = sc.sk.roles["learn-0"].proc.pid
+    tracer = None
+    if shutil.which("strace"):
+        tracer = subprocess.Popen(["strace", "-f", "-qq", "-p", str(pid), "-e", "trace=openat",
+                                   "-e", "inject=openat:delay_exit=200000", "-o", os.devnull],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    files_then = 0
+    try:
+        def partial() -> bool:
+            nonlocal files_then
+            files_then = sum(1 for p in engine.rglob("*") if p.is_file())
+            return not (engine.parent / "learner.json").exists()
+
+        # Wait for the first file under engine/ (the directory is made before any byte).
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (engine.exists() and any(p.is_file() for p in engine.rglob("*"))):
+            time.sleep(0.001)
+        os.kill(pid, signal.SIGSTOP)
+        hit = partial() if engine.exists() else None
+        sc.sk.signal("learn-0", signal.SIGKILL)
+        sc.sk.signal("learn-0", signal.SIGCONT)
+        rc = sc.sk.wait_exit("learn-0", 30)
+    finally:
+        if tracer is not None:
+            if tracer.poll() is None:
+                tracer.kill()
+            tracer.wait()
     sc.start_learner()
-    return _result("sigkill:learn:mid_engine_save", commit=n, hit=bool(hit), rc=rc)
+    return _result("sigkill:learn:mid_engine_save", commit=n, hit=bool(hit), engine_files_written=files_then, rc=rc,
+                   opens_delayed_s=0.2 if tracer else 0)
 
 
 def kill_learner_mid_weight_publish(sc: Scenario, rng) -> dict:
