@@ -100,6 +100,7 @@ def run_fault(sc: Scenario, label: str, fn, rng: random.Random) -> dict:
         rec = {"kind": label, "runner_error": f"{type(e).__name__}: {e}"}
         sc.violations.append(f"{label}: the runner failed to inject it: {type(e).__name__}: {e}")
     rec["label"] = label
+    rec["started_at"] = round(time.time() - (time.monotonic() - t0), 3)  # unix time, to match the role logs
     sc.violations += sc.revive()
     progress = sc.wait_progress(floor0, STALL_LIMIT_S)
     rec["progress_s"] = None if progress is None else round(time.monotonic() - t0, 2)
