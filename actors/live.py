@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
@@ -214,11 +213,12 @@ class StatusPoller:
         try:
             import anyio
 
-            from rlvr.actors.config import SharedSections
+            from rlvr.actors.config import SharedSections, convert_config, read_config
             from rlvr.actors.status import collect_status
 
             # Only the shared sections: this view never imports a role's config.
-            cfg = msgspec.json.decode(self.config_file.read_bytes(), type=SharedSections)
+            raw, source = read_config(self.config_file)
+            cfg = convert_config(raw, SharedSections, source)
             # Listen a little longer than one heartbeat period, to hear everyone.
             wait_s = cfg.bus.heartbeat_every_s + 0.3
         except Exception as e:  # noqa: BLE001 - a view must not take the run down

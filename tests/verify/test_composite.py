@@ -6,7 +6,7 @@ import pytest
 
 from rlvr.protocol.samples import Verdict
 from rlvr.protocol.tasks import VerifierSpec
-from rlvr.verify.registry import Verifier, VerifierSpecError, VerifyContext, resolve
+from rlvr.verify.registry import Verifier, VerifierSpecError, VerifyContext, load_plugins, resolve
 from rlvr.verify.simple import ExactParams
 
 GOOD = "<think>6*7</think><answer>42</answer>"
@@ -74,6 +74,7 @@ SANDBOX_ERROR = _fixed("sandbox_error")
 
 @pytest.mark.parametrize(("part", "outcome"), [("TIMEOUT", "timeout"), ("SANDBOX_ERROR", "sandbox_error")])
 def test_failed_part_outcome_wins_over_accuracy(part, outcome):
+    load_plugins([f"{__name__}:{part}"])  # as a verify role does with its [verify] plugins, at start-up
     parts = [ANSWER, {"name": f"{__name__}:{part}", "params": {"gold": ""}, "component": "side"}]
     v = score({"parts": parts}, GOOD)
     assert v.outcome == outcome
