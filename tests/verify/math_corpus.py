@@ -31,12 +31,12 @@ import random
 import re
 from pathlib import Path
 
+from math_hard_forms import hard_cases  # beside this file: pytest and a script run both see it
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CORPUS = HERE / "data" / "math_corpus.jsonl"
 SMOLLM2 = HERE / "data" / "math_smollm2.jsonl"
-
-from math_hard_forms import hard_cases  # beside this file: pytest and a script run both see it
 
 # Worked solutions written by hand: (gold, response, label).
 HAND_WORKED = [
