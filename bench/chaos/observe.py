@@ -44,6 +44,7 @@ class Observer:
         self.scored: dict[int, ScoredCopy] = {}  # stream seq -> copy, every SCORED message ever read
         self.scored_undecodable: list[int] = []
         self._scored_next = 1
+        self._scored_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="chaos-observer")
         self._thread.start()
@@ -141,7 +142,12 @@ class Observer:
         return self.call(go(), timeout_s=60)
 
     def read_scored(self) -> dict[int, ScoredCopy]:
-        """Read SCORED messages not read yet (incrementally: retention may remove them later)."""
+        """Read SCORED messages not read yet (incrementally: retention may remove them later).
+        Called from the runner and from the scenario's sampler thread, one at a time."""
+        with self._scored_lock:
+            return self._read_scored()
+
+    def _read_scored(self) -> dict[int, ScoredCopy]:
         info = self.stream_state("SCORED")
         if info is None or info.state.last_seq < self._scored_next:
             return self.scored

@@ -126,12 +126,19 @@ class Scenario:
         return read_floor(self.out)[0]
 
     def start_sampling(self) -> None:
-        """Watch the committed floor every 0.2 s in a thread: the stalls are the intervals it stands still."""
+        """Watch the committed floor every 0.2 s in a thread: the stalls are the intervals it stands still.
+        It also reads SCORED every second, so the checker sees every published copy."""
         self._sampling.set()
 
         def sample() -> None:
-            last = None
+            last, ticks = None, 0
             while self._sampling.is_set():
+                ticks += 1
+                if ticks % 5 == 0:  # every second: SCORED's byte limit must not remove a copy before it is read
+                    try:
+                        self.obs.read_scored()
+                    except Exception:  # noqa: BLE001 (a server the faults killed: the next read catches up)
+                        pass
                 try:
                     floor = read_floor(self.out)[0]
                 except Exception:  # noqa: BLE001 (a read that failed this once: the next one decides)
