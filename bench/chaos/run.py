@@ -229,9 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", help="keep run directories and logs here (default: a temporary directory)")
     p.add_argument("--scenarios", default="", help="comma-separated subset: main,main2,cluster,engine")
     p.add_argument("--only", default="", help="comma-separated fault label prefixes (debugging a fault)")
+    p.add_argument("--summarize", action="store_true",
+                   help="only rebuild the report from the scenario-*.json files a run left in --work-dir")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="rlvr-chaos-"))
+    if args.summarize:
+        saved = [json.loads(f.read_text()) for f in sorted(work.glob("scenario-*.json"))]
+        report = _jsonable(summarize(saved, args, 0.0))
+        report["work_dir"] = str(work)
+        if args.report:
+            Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps({k: v for k, v in report.items() if k != "scenarios"}, indent=2))
+        return 0 if report["ok"] else 1
     if work.exists() and any(work.iterdir()):
         # A server store or checkpoint left by another run would be read as this run's.
         p.error(f"--work-dir {work} is not empty")
