@@ -27,6 +27,34 @@ from rlvr.actors.natsserver import NatsServer  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
+# End-to-end tests (real role processes, real training runs, the vLLM engine, the
+# docker-and-non-root sandbox matrix): `pytest -m "not slow"` leaves them out and
+# runs in a few minutes. Marked here, by module, so the list is in one place;
+# a module may also mark itself (`pytestmark = pytest.mark.slow`).
+SLOW_MODULES = {
+    "tests/test_builtin_example.py",
+    "tests/test_examples_run.py",
+    "tests/actors/test_up.py",
+    "tests/actors/test_verify_bus.py",
+    "tests/actors/test_poison.py",
+    "tests/learner/test_learner_bus.py",
+    "tests/rollout/test_engine_vllm.py",
+    "tests/rollout/test_rollout_bus.py",
+    "tests/rollout/test_rollout_weights_bus.py",
+    "tests/verify/test_sandbox_hostile.py",
+    "tests/verify/test_code_humaneval.py",
+}
+# Fixtures that make any test using them end-to-end.
+SLOW_FIXTURES = {"vllm_engine", "single_process"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = Path(str(item.fspath)).resolve().relative_to(REPO).as_posix()
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
     with NatsServer(tmp_path / "nats") as server:

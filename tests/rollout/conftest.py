@@ -181,6 +181,6 @@ def vllm_engine(tiny_model: Path, loop: LoopThread) -> Iterator[Any]:
     loop.run(engine.close(), timeout=60)
 
 
-@pytest.fixture(params=["hf", "vllm"])
+@pytest.fixture(params=["hf", pytest.param("vllm", marks=pytest.mark.slow)])
 def engine(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(f"{request.param}_engine")
