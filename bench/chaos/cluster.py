@@ -137,6 +137,8 @@ def inner(root: Path, run: str, seed: int, quick: bool) -> dict:
         for label, fn in cluster_plan(rng, quick):
             records.append(run_fault(sc, label, fn, rng))
         result["finish"] = sc.finish()
+    except Exception as e:  # the runner's own failure: kept with the faults done so far
+        sc.violations.append(f"the runner failed: {type(e).__name__}: {e}")
     finally:
         result["faults"] = records
         result["violations"] = sc.violations

@@ -131,6 +131,8 @@ def run_engine_scenario(root: Path, run: str, seed: int, quick: bool) -> dict:
         for label, fn in engine_plan(rng, quick):
             records.append(run_fault(sc, label, fn, rng))
         result["finish"] = sc.finish(timeout_s=600)
+    except Exception as e:  # the runner's own failure: kept with the faults done so far
+        sc.violations.append(f"the runner failed: {type(e).__name__}: {e}")
     finally:
         result["faults"] = records
         result["violations"] = sc.violations

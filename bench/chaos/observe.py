@@ -142,15 +142,17 @@ class Observer:
         return self.call(go(), timeout_s=60)
 
     def read_scored(self) -> dict[int, ScoredCopy]:
-        """Read SCORED messages not read yet (incrementally: retention may remove them later).
-        Called from the runner and from the scenario's sampler thread, one at a time."""
+        """Read SCORED messages not read yet (incrementally: retention may remove them later) and
+        return a snapshot of all read so far. The runner and the scenario's sampler thread both
+        call it; the snapshot is the caller's to iterate while the other reads on."""
         with self._scored_lock:
-            return self._read_scored()
+            self._read_scored()
+            return dict(self.scored)
 
-    def _read_scored(self) -> dict[int, ScoredCopy]:
+    def _read_scored(self) -> None:
         info = self.stream_state("SCORED")
         if info is None or info.state.last_seq < self._scored_next:
-            return self.scored
+            return
         start = max(self._scored_next, info.state.first_seq)
         for seq, data in self._read("SCORED", start, info.state.last_seq):
             try:
@@ -158,7 +160,6 @@ class Observer:
             except Exception:  # noqa: BLE001 (poison the runner injected, or worse: reported by the checker)
                 self.scored_undecodable.append(seq)
             self._scored_next = max(self._scored_next, seq + 1)
-        return self.scored
 
     def dead_letters(self) -> list[DeadLetter]:
         info = self.stream_state("DEAD")

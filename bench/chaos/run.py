@@ -145,6 +145,8 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
             records.append(run_fault(sc, label, fn, rng))
         time.sleep(20)  # partial groups (poison first copies, retention) expire and reach a checkpoint
         result["finish"] = sc.finish()
+    except Exception as e:  # the runner's own failure: kept with the faults done so far
+        sc.violations.append(f"the runner failed: {type(e).__name__}: {e}")
     finally:
         result["faults"] = records
         result["violations"] = sc.violations

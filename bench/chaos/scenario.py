@@ -265,7 +265,7 @@ class Scenario:
         settled = {sid for e in committed.entries for sid in (*e.trained, *e.dropped)}
         groups: dict[str, set[str]] = defaultdict(set)
         size = {}
-        for c in self.obs.scored.values():
+        for c in self.obs.read_scored().values():
             if c.purpose == "train" and not is_injected(c.task_id) and c.sample_id not in self.retention_purged:
                 groups[c.group_id].add(c.sample_id)
                 size[c.group_id] = c.group_size
