@@ -22,6 +22,11 @@ Messages are untrusted. Before a handler sees one, it must
 A message that fails is dead-lettered at once with its reason (retrying
 cannot fix it). Faults (exceptions from the handler) nak with a delay, and on
 the ``poison_after``-th delivery dead-letter the message as a poison pill.
+A transient bus fault (``is_transient_bus_fault``: a publish that timed out,
+a full store, no stream leader) is not the message's fault: the handler is
+retried in place, the message kept alive, so an outage never turns good
+messages into poison pills. A pull that fails that way is retried too, for
+at most ``bus.topology_wait_s``, then the consumer fails naming itself.
 
 Dead-lettering never kills the actor: a message too large to copy goes to
 DEAD as a reference (bus.py), and a failed publish to DEAD (a timeout, a full
@@ -48,6 +53,8 @@ from typing import Generic, TypeVar
 
 import anyio
 import msgspec
+import nats.errors as nats_errors
+import nats.js.errors as js_errors
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from opentelemetry import context as otel_context
@@ -84,6 +91,23 @@ class Hold(msgspec.Struct, frozen=True):
 
 
 Outcome = Ack | Nak | Term | Hold
+
+
+class ConsumerUnavailableError(RuntimeError):
+    """Pulling from the durable consumer kept failing past ``bus.topology_wait_s``."""
+
+
+def is_transient_bus_fault(e: BaseException) -> bool:
+    """A NATS / JetStream failure that says nothing about the message: a
+    publish or pull that timed out, no responders or no stream leader (an
+    election, a partition), a full store (503), a connection being re-made."""
+    while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+        e = e.exceptions[0]
+    if isinstance(e, (NatsTimeoutError, nats_errors.NoRespondersError, nats_errors.ConnectionClosedError,
+                      nats_errors.ConnectionReconnectingError, nats_errors.StaleConnectionError,
+                      js_errors.NoStreamResponseError, js_errors.ServiceUnavailableError)):
+        return True
+    return isinstance(e, js_errors.APIError) and e.code in (503, 504)
 
 
 class ActorFatalError(RuntimeError):
@@ -127,7 +151,8 @@ class ConsumerStats:
         # ``dead_letter_retrying`` is a level (messages whose dead letter is
         # failing right now); every other entry only grows.
         self.counters: Counter[str] = Counter(
-            {k: 0 for k in ("received", "acked", "naked", "dead_lettered", "faults", "poison_pills",
+            {k: 0 for k in ("received", "acked", "naked", "dead_lettered", "faults", "bus_retries", "pull_failures",
+                            "poison_pills",
                             "dead_letter_failures", "dead_letter_retrying", "settle_failures")}
         )
         self.in_flight = 0
@@ -192,6 +217,7 @@ class Consumer(Generic[T]):
         self._digests = _Lru(_REMEMBERED)  # Nats-Msg-Id -> digest of the data
         self._returned = _Lru(_REMEMBERED)  # stream seqs this consumer gave back (nak/hold)
         self._backoff_max_s = max(0.1, min(30.0, bus.cfg.ack_wait_s / 3))
+        self._pull_failing_since: float | None = None
 
     async def run(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = await self.bus.pull_subscription(self.cd, start_seq=self.start_seq)
@@ -221,10 +247,18 @@ class Consumer(Generic[T]):
             taken += 1
         try:
             msgs = await sub.fetch(batch=taken, timeout=self.bus.cfg.fetch_timeout_s)
+            self._pull_failing_since = None
         except (NatsTimeoutError, asyncio.TimeoutError):
             # nats-py raises its own TimeoutError for batch=1 and asyncio's
             # for batch>1 when nothing arrived: either way, no messages.
             msgs = []
+        except Exception as e:
+            for _ in range(taken):
+                slots.release()
+            if not is_transient_bus_fault(e):
+                raise
+            await self._pull_failed(e)
+            return
         except BaseException:
             for _ in range(taken):
                 slots.release()
@@ -233,6 +267,48 @@ class Consumer(Generic[T]):
             slots.release()
         for m in msgs:
             handlers.start_soon(self._one, m, slots)
+
+    async def _pull_failed(self, e: Exception) -> None:
+        """A pull the server could not answer (a leader election, a partition,
+        a full store, a consumer being recreated): wait and pull again, saying
+        so, for at most ``bus.topology_wait_s``; then fail naming the consumer."""
+        now = time.monotonic()
+        if self._pull_failing_since is None:
+            self._pull_failing_since = now
+        failing_s = now - self._pull_failing_since
+        self.stats.counters["pull_failures"] += 1
+        if failing_s > self.bus.cfg.topology_wait_s:
+            raise ConsumerUnavailableError(
+                f"pulling from consumer {self.cd.durable!r} on stream {self.cd.stream} has failed for "
+                f"{failing_s:.0f}s (bus.topology_wait_s={self.bus.cfg.topology_wait_s:g}); last error: "
+                f"{type(e).__name__}: {e}; if the consumer was deleted, `rlvr-actor init` or a learner "
+                "restart recreates it"
+            ) from e
+        log.warning("pull_failed", consumer=self.cd.durable, stream=self.cd.stream, failing_s=round(failing_s, 1),
+                    error=f"{type(e).__name__}: {e}")
+        await anyio.sleep(min(self._backoff_max_s, 0.5 + failing_s / 10))
+
+    async def _handle(self, obj: T, delivery: Delivery) -> Outcome:
+        """The handler's outcome. A transient bus fault (a publish that timed
+        out, a full store, no stream leader) is not the message's fault: it is
+        retried in place with backoff, the message kept alive with
+        ``in_progress``, so its delivery count never turns it into a poison pill."""
+        wait_s = 0.25
+        while True:
+            try:
+                return await self.handle(obj, delivery) or Ack()
+            except ActorFatalError:
+                raise
+            except Exception as e:  # a fault: infrastructure, engine, bug
+                if not is_transient_bus_fault(e):
+                    self.stats.counters["faults"] += 1
+                    return self._fault_outcome(delivery, e)
+                self.stats.counters["bus_retries"] += 1
+                log.warning("bus_fault_retry", error=f"{type(e).__name__}: {e}", retry_in_s=round(wait_s, 2))
+                await self._safely(delivery.msg.in_progress, "in_progress")
+                await anyio.sleep(wait_s)
+                await self._safely(delivery.msg.in_progress, "in_progress")
+                wait_s = min(self._backoff_max_s, wait_s * 2)
 
     async def _one(self, msg: Msg, slots: anyio.Semaphore) -> None:
         self.stats.in_flight += 1
@@ -249,13 +325,7 @@ class Consumer(Generic[T]):
             token = otel_context.attach(extract_context(delivery.headers))
             try:
                 with bind_message(task_id=self._task_id(obj), trace_id=trace_id_hex()):
-                    try:
-                        outcome = await self.handle(obj, delivery) or Ack()
-                    except ActorFatalError:
-                        raise  # the finally below naks the message
-                    except Exception as e:  # a fault: infrastructure, engine, bug
-                        self.stats.counters["faults"] += 1
-                        outcome = self._fault_outcome(delivery, e)
+                    outcome = await self._handle(obj, delivery)  # ActorFatalError: the finally below naks
                     await self._settle(msg, outcome)
                     settled = True
             finally:

@@ -378,6 +378,8 @@ class LearnActor:
                 self.drops.groups["partial"] += 1
                 for _, sc in group.members:
                     await self._settle(sc.sample_id)
+                    if group.purpose == "train":
+                        self.step_drops[sc.sample_id] = "partial"  # in the ledger by id, like every drop
                 if group.purpose == "train":
                     self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
                     self.io.feeder.done(group.group_id)

@@ -126,10 +126,22 @@ class LearnerLease:
             ) from e
 
     async def keep(self) -> None:
-        """Renew every third of the TTL until cancelled; raises ``LeaseLostError``."""
+        """Renew every third of the TTL until cancelled. Only a lost lease
+        (another learner's revision) is fatal, ``LeaseLostError``: a renewal
+        the server cannot answer (a full store, a timeout, a leader election)
+        is logged and tried again, and the revision check on the next one
+        tells whether another learner took over meanwhile."""
+        failures = 0
         while True:
             await anyio.sleep(self.ttl_s / 3)
-            await self.renew()
+            try:
+                await self.renew()
+                failures = 0
+            except LeaseLostError:
+                raise
+            except Exception as e:
+                failures += 1
+                log.warning("lease_renewal_failed", error=f"{type(e).__name__}: {e}", failures=failures)
 
 
 __all__ = ["LEASE_KEY", "LeaseHeldError", "LeaseHolder", "LeaseLostError", "LearnerLease"]

@@ -161,3 +161,39 @@ def test_a_message_whose_holders_keep_dying_is_dead_lettered_as_a_poison_pill_un
     assert last_seen == 2 and handled == [] and counters["dead_letter.poison"] == 1
     (letter,) = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
     assert letter.kind == "poison" and "never settled" in letter.reason and letter.delivery_count == 3
+
+
+def test_a_transient_bus_fault_is_retried_in_place_and_never_makes_a_poison_pill(nats_server):
+    """A full store or a leader election makes the handler's publish fail:
+    not the message's fault. It is retried on the same delivery (kept alive),
+    so it is never redelivered, never counted toward poison_after, and lands."""
+    from nats.js.errors import ServiceUnavailableError
+
+    attempts: list[int] = []
+
+    async def main():
+        bus = await _bus(nats_server.url)  # max_deliver 3: three failing deliveries would be a poison pill
+
+        async def handle(sample: Sample, delivery) -> None:
+            attempts.append(delivery.num_delivered)
+            if len(attempts) <= 5:
+                raise ServiceUnavailableError(code=503, description="insufficient resources")
+
+        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify",
+                            decode=lambda d: decode(d, Sample), handle=handle, concurrency=2)
+        await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(60):
+                while consumer.stats.counters["acked"] < 1:
+                    await anyio.sleep(0.02)
+            stop.set()
+        await bus.close()
+        return consumer.stats.counters
+
+    counters = anyio.run(main)
+    assert attempts == [1] * 6  # one delivery, five retries in place, then success
+    assert counters["acked"] == 1 and counters["bus_retries"] == 5
+    assert counters["faults"] == 0 and counters["poison_pills"] == 0 and counters["dead_lettered"] == 0
+    assert BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter) == []
