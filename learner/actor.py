@@ -35,7 +35,7 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import Link
 
-from rlvr.actors.consume import Ack, Consumer, Delivery, Hold, Term
+from rlvr.actors.consume import Ack, Consumer, Delivery, Hold, Term, is_transient_bus_fault
 from rlvr.actors.logs import get_logger
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import span_context_from_headers, tracer
@@ -336,7 +336,12 @@ class LearnActor:
         await anyio.to_thread.run_sync(io.store.commit, self.state, entry)
         self.step_trained, self.step_drops = [], {}
         progress = {"step": self.state.step, "version": self.state.version, "floor": ledger_state.floor}
-        await io.ctx.bus.kv_put(KV_LEARNER, json.dumps(progress).encode())
+        try:  # for `status` only: the checkpoint on disk is what counts, and it is committed
+            await io.ctx.bus.kv_put(KV_LEARNER, json.dumps(progress).encode())
+        except Exception as e:
+            if not is_transient_bus_fault(e):
+                raise
+            log.warning("progress_not_published", error=f"{type(e).__name__}: {e}", step=self.state.step)
         log.info("checkpoint", step=self.state.step, floor=ledger_state.floor, committed=len(consumed), final=final)
 
     async def _publish_weights(self, bump: bool = False) -> float:
@@ -344,9 +349,19 @@ class LearnActor:
         t0 = time.monotonic()
         if bump:
             self.state.version += 1
-        await self.trainer.publish(
-            self.io.ctx.bus, self.out / "weights", self.state.version, self.state.step, self.cfg.weights_transport
-        )
+        bus = self.io.ctx.bus
+        wait_s, deadline = 0.5, time.monotonic() + bus.cfg.topology_wait_s
+        while True:  # a full store or a leader election delays the broadcast; it does not end the run
+            try:
+                await self.trainer.publish(bus, self.out / "weights", self.state.version, self.state.step,
+                                           self.cfg.weights_transport)
+                break
+            except Exception as e:
+                if not is_transient_bus_fault(e) or time.monotonic() > deadline:
+                    raise
+                log.warning("weights_publish_retry", error=f"{type(e).__name__}: {e}", version=self.state.version)
+                await anyio.sleep(wait_s)
+                wait_s = min(10.0, wait_s * 2)
         self.io.feeder.policy_version = self.state.version
         return time.monotonic() - t0
 
