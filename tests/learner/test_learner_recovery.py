@@ -52,14 +52,20 @@ def test_samples_acked_before_the_first_checkpoint_are_replayed_after_a_kill(act
     first = actors.start("learn", cfg, "learn-0")
     bus = BusClient(nats_server.url, run)
     bus.wait_heartbeat(lambda hb: hb.role == "learn" and hb.state == "running", timeout_s=120)
-    published = _publish(bus, run, 6)
-    # Three steps trained and their samples acked, no checkpoint yet (checkpoint_every = 100).
+    samples = scored_groups(run, 6, vocab=50)
+    published = {sc.sample_id for sc in samples}
+    # Four of the six groups: the learner can train at most 4 of its 6 steps, so it
+    # cannot reach its final checkpoint before the kill (checkpoint_every = 100).
+    for sc in samples[:16]:
+        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
     wait_for(lambda: actors.log_text("learn-0").count('"event": "step"') >= 3, timeout_s=120, what="3 steps")
     actors.kill("learn-0", signal.SIGKILL)
     first.wait()
     assert not (tmp_path / "o" / "checkpoints" / "latest").exists()
 
     second = actors.start("learn", cfg, "learn-1")
+    for sc in samples[16:]:
+        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
     assert second.wait(timeout=180) == 0, actors.log_text("learn-1")[-3000:]
     entries = CheckpointStore(tmp_path / "o" / "checkpoints").ledger_entries()
     trained = [sid for e in entries for sid in e.trained]
