@@ -131,7 +131,7 @@ def check_custody(out_dir: Path, scored: dict, *, final: bool, exclude: set[str]
     for e in committed.entries:
         listed.update(e.trained)
         chk.trained += len(e.trained)
-        listed.update(e.dropped)
+        listed.update(e.dropped.keys())  # ids; the values are reasons
         dropped.update(e.dropped.values())
     chk.dropped_listed = dict(dropped)
     chk.twice = sorted(sid for sid, n in listed.items() if n > 1)

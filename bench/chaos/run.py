@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -146,6 +147,7 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
         time.sleep(20)  # partial groups (poison first copies, retention) expire and reach a checkpoint
         result["finish"] = sc.finish()
     except Exception as e:  # the runner's own failure: kept with the faults done so far
+        traceback.print_exc()
         sc.violations.append(f"the runner failed: {type(e).__name__}: {e}")
     finally:
         result["faults"] = records
