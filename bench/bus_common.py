@@ -1,0 +1,156 @@
+"""Shared parts of the bus-hop benchmark (bench/bus_hop.py): its messages, its raw relay, its CPU clock.
+
+- ``samples``: real ``rlvr.protocol`` Samples of two sizes, encoded, each with
+  its ``Nats-Msg-Id`` and a ``traceparent`` (the upstream's head-sampling
+  decision in its flags, as a rollout would forward it);
+- ``relay``: the verify hop in plain nats-py, with the guarantees the project
+  keeps: pull from the run's durable ``verify`` consumer with at most
+  ``window`` messages in hand (fetching when half the window is free), score
+  each with the ``exact`` verifier's own function, publish ``Scored`` with
+  ``Nats-Msg-Id`` = the sample id, and ack each input only after its
+  output's PubAck (a failed publish naks it). It skips what the project does on
+  top: ``check_sample``, the duplicate-content check, the worker pool, tracing,
+  in_progress keep-alives and dead letters;
+- ``tree_cpu_s``: user + system CPU seconds of process trees, from /proc.
+
+Not here: starting nats-server or roles, timing, reporting (bus_hop.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from pathlib import Path
+
+import msgspec
+
+from rlvr.protocol import Completion, RunNames, Sample, SamplingParams, Scored, VerifierSpec, decode, encode
+from rlvr.protocol.codec import MessageDecodeError
+from rlvr.verify.simple import ExactParams, score_exact
+
+SIZES = ("small", "realistic")
+
+
+def make_sample(run: str, tag: str, i: int, size: str, rng: random.Random) -> Sample:
+    """One valid Sample: ``small`` a 2-token answer, ``realistic`` 512 completion
+    tokens with their log-probs and ~2,000 characters of text."""
+    if size == "small":
+        prompt, ids, lps = [1, 2, 3, 4, 5, 6, 7, 8], [17, 2], [-0.25, -0.01]
+        text, params = "42", {"gold": "42"}
+    elif size == "realistic":
+        prompt = [rng.randrange(151_000) for _ in range(128)]
+        ids = [rng.randrange(151_000) for _ in range(512)]
+        lps = [-rng.random() * 5 for _ in range(512)]
+        text, params = "Let me add these step by step. " * 64 + "#### 42", {"gold": "42", "after": "####"}
+    else:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    task = f"{tag}-{i // 8}"
+    return Sample(
+        run=run, task_id=task, sample_index=i % 8, group_id=task, group_size=8, prompt_ids=prompt,
+        completion=Completion(ids=ids, logprobs=lps), text=text, finish_reason="stop",
+        policy_version=0, policy_version_max=0, verifier=VerifierSpec("exact", params),
+        sampling=SamplingParams(max_tokens=512), replica="bench",
+    )
+
+
+def samples(run: str, tag: str, n: int, size: str, sampled_ratio: float = 1.0, seed: int = 0):
+    """``n`` encoded Samples as ``(data, headers)``; ``tag`` makes the ids unique per repeat.
+
+    Each carries a fresh trace (a rollout forwards its task's trace): its
+    ``traceparent`` flags say "sampled" for a ``sampled_ratio`` share, as the
+    feeder's head sampling would have decided upstream."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        s = make_sample(run, tag, i, size, rng)
+        flags = "01" if rng.random() < sampled_ratio else "00"
+        traceparent = f"00-{rng.getrandbits(128) | 1:032x}-{rng.getrandbits(64) | 1:016x}-{flags}"
+        out.append((encode(s), {"Nats-Msg-Id": s.sample_id, "traceparent": traceparent}))
+    return out
+
+
+def tree_cpu_s(roots: list[int]) -> float:
+    """User + system CPU seconds of ``roots`` and all their live descendants (Linux /proc)."""
+    stats: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                raw = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # exited meanwhile
+                continue
+            f = raw[raw.rindex(")") + 2 :].split()
+            stats[int(entry)] = (int(f[1]), int(f[11]) + int(f[12]))  # ppid, utime + stime
+    tree, frontier = set(roots), list(roots)
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(stats[pid][1] for pid in tree if pid in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def _score(sample: Sample) -> Scored:
+    params = msgspec.convert(sample.verifier.params, ExactParams)
+    return Scored(sample=sample, verdict=score_exact(sample.text, params, None), replica="raw-relay")  # type: ignore[arg-type]
+
+
+async def relay(url: str, run: str, window: int) -> None:
+    """The raw verify hop, until SIGTERM. Prints ``ready`` once bound to the consumer."""
+    import nats
+    from nats.errors import TimeoutError as NatsTimeoutError
+
+    names = RunNames(run)
+    nc = await nats.connect(url, name=f"raw-relay-{run}")
+    js = nc.jetstream(timeout=10)
+    sub = await js.pull_subscribe_bind(durable="verify", stream=names.stream("ROLLOUTS"))
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+    pending: asyncio.Queue = asyncio.Queue()  # (PubAck future, input), in publish order
+    room = asyncio.Event()
+    room.set()
+    in_hand = 0
+
+    async def settle() -> None:
+        nonlocal in_hand
+        while True:
+            fut, msg = await pending.get()
+            try:
+                await fut
+            except Exception:  # no PubAck: the input goes back, never acked
+                await msg.nak()
+            else:
+                await msg.ack()
+            in_hand -= 1
+            if in_hand <= window // 2:
+                room.set()
+
+    settler = asyncio.create_task(settle())
+    print("ready", flush=True)
+    try:
+        while True:
+            await room.wait()
+            try:
+                msgs = await sub.fetch(batch=window - in_hand, timeout=1)
+            except (NatsTimeoutError, asyncio.TimeoutError):
+                continue
+            for msg in msgs:
+                try:
+                    scored = _score(decode(msg.data, Sample))
+                except (MessageDecodeError, msgspec.ValidationError) as e:
+                    print(f"refused: {e}", flush=True)
+                    await msg.term()
+                    continue
+                headers = {"Nats-Msg-Id": scored.sample_id}
+                if tp := (msg.headers or {}).get("traceparent"):
+                    headers["traceparent"] = tp
+                fut = await js.publish_async(names.scored, encode(scored), headers=headers)
+                in_hand += 1
+                pending.put_nowait((fut, msg))
+            if in_hand > window // 2:
+                room.clear()
+    except asyncio.CancelledError:
+        pass  # SIGTERM
+    finally:
+        settler.cancel()
+        await nc.close()

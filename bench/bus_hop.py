@@ -1,0 +1,314 @@
+"""The verify hop against a raw nats-py relay: messages/s and CPU per message, side by side (issue 14).
+
+    python bench/bus_hop.py                                # both sizes, 1 worker, tracing off: 3000 samples x 3
+    python bench/bus_hop.py --samples 500 --repeats 1      # quick: about a minute
+    python bench/bus_hop.py --tracing off,full --workers 1,2
+    python bench/bus_hop.py --tracing sampled              # needs observability.trace_sample_ratio
+
+It starts a real nats-server (temp store, free port) and creates two runs'
+topology with the project's own code (``Bus.ensure_topology``, as the learner
+and ``rlvr-actor init`` do): run ``hopA`` for the project, run ``hopB`` for
+the relay, identical. Then:
+
+- **project**: one ``rlvr-actor --role verify`` process with the built-in
+  example's verify settings (``exact`` verifier, ``pool_size`` = ``--workers``,
+  ``concurrency`` 64, no warm verifiers, default bus and log settings), waited
+  for until its heartbeat says ``running`` with every pool worker alive;
+- **relay**: ``python bench/bus_hop.py --relay URL hopB`` (bus_common.relay):
+  the same hop in plain nats-py with the same guarantees and a window of 64.
+
+For each configuration (``--workers`` x ``--tracing``) and size (small ~270 B,
+realistic ~9.5 KB: 512 token ids + 512 log-probs), both paths get a warm-up
+batch, then ``--repeats`` rounds, alternating which path goes first. A round
+publishes ``--samples`` Samples (pre-encoded, unique ids, core publishes to
+the rollouts subject, which the ROLLOUTS stream stores) and times from the
+first publish until SCORED holds every Scored (polling its stream info); CPU
+is read from /proc for the path's process tree (role + pool workers, or the
+relay) and for nats-server, from before the first publish until every input
+is acked. This process (the publisher) is reported apart.
+
+``--tracing``: ``off`` = trace_exporter "none"; ``full`` = "file"; ``sampled`` =
+"file" with ``observability.trace_sample_ratio = 0.1``, and 10% of the inputs'
+traceparents flagged sampled (the feeder's head decision, forwarded). The
+relay never traces. ``--profile DIR`` runs the role under cProfile.
+
+Prints a Markdown table (medians over repeats) and appends one JSON line per
+configuration and size to ``bench/results/bus_hop.jsonl``. Linux only (/proc).
+Not here: the learner or rollout consume paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import anyio
+
+from bus_common import SIZES, relay, samples, tree_cpu_s  # bench/ is sys.path[0]
+from rlvr.actors.bus import Bus
+from rlvr.actors.config import BusConfig, ConfigError, NatsConfig
+from rlvr.actors.natsserver import NatsServer
+from rlvr.protocol import Heartbeat, RunNames, Scored, decode
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "bus_hop.jsonl"
+RUN_A, RUN_B = "hopA", "hopB"
+WINDOW = 64
+TRACING = {"off": ("none", None, 1.0), "full": ("file", None, 1.0), "sampled": ("file", 0.1, 0.1)}
+
+
+class SampledTracingUnsupportedError(RuntimeError):
+    """The project's config refuses ``observability.trace_sample_ratio`` (not added yet)."""
+
+
+def role_config(path: Path, url: str, workers: int, tracing: str) -> None:
+    exporter, ratio, _ = TRACING[tracing]
+    obs = f'trace_exporter = "{exporter}"\n' + (f"trace_sample_ratio = {ratio}\n" if ratio is not None else "")
+    path.write_text(
+        f'run = "{RUN_A}"\n[nats]\nurl = "{url}"\n'
+        f"[verify]\npool_size = {workers}\nconcurrency = {WINDOW}\nwarm_verifiers = []\n"
+        f"[observability]\n{obs}"
+    )
+    from rlvr.actors.roles import load_role_config
+
+    try:
+        load_role_config("verify", path)
+    except ConfigError as e:
+        if tracing == "sampled":
+            raise SampledTracingUnsupportedError(
+                "--tracing sampled needs observability.trace_sample_ratio (issue 14), which this "
+                f"checkout's config refuses: {e}"
+            ) from None
+        raise
+
+
+def start(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """SIGTERM (the role drains), then SIGKILL; by PID only."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+async def wait_for(pred, what: str, timeout_s: float, every_s: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout_s:.0f}s")
+        await asyncio.sleep(every_s)
+
+
+async def wait_warm(bus: Bus, workers: int, proc: subprocess.Popen, log: Path) -> None:
+    """Until the role's heartbeat says running with every pool worker alive."""
+    sub = await bus.nc.subscribe(RunNames(RUN_A).status("verify"))
+    try:
+        with anyio.fail_after(180):
+            async for msg in sub.messages:
+                hb = decode(msg.data, Heartbeat)
+                if hb.state == "running" and hb.gauges.get("workers_alive", 0) >= workers:
+                    return
+    except TimeoutError:
+        raise TimeoutError(f"the verify role never reported a warm pool; see {log}") from None
+    finally:
+        await sub.unsubscribe()
+        if proc.poll() is not None:
+            raise RuntimeError(f"the verify role exited with {proc.returncode}; see {log}")
+
+
+async def one_round(bus_by_run, run: str, tag: str, n: int, size: str, ratio: float, pids: list[int],
+                    server_pid: int) -> dict:
+    """Publish ``n`` samples to ``run`` and time them into SCORED; CPU by process group."""
+    bus: Bus = bus_by_run[run]
+    names = RunNames(run)
+    payloads = samples(run, tag, n, size, ratio, seed=zlib.crc32(tag.encode()))
+    scored_stream = names.stream("SCORED")
+
+    async def stored() -> int:
+        return (await bus.js.stream_info(scored_stream)).state.messages
+
+    base = await stored()
+    cpu0, srv0, me0 = tree_cpu_s(pids), tree_cpu_s([server_pid]), time.process_time()
+    started = time.perf_counter()
+    for data, headers in payloads:
+        await bus.nc.publish(names.rollouts, data, headers=headers)
+    await bus.nc.flush()
+    published = time.perf_counter() - started
+    await wait_for(lambda: _ge(stored(), base + n), f"{run}: {n} Scored stored", 600)
+    seconds = time.perf_counter() - started
+
+    async def settled() -> bool:
+        info = await bus.js.consumer_info(names.stream("ROLLOUTS"), "verify")
+        return info.num_ack_pending == 0 and info.num_pending == 0
+
+    await wait_for(settled, f"{run}: inputs acked", 60, every_s=0.05)
+    cpu, srv, me = tree_cpu_s(pids) - cpu0, tree_cpu_s([server_pid]) - srv0, time.process_time() - me0
+    last = decode((await bus.js.get_last_msg(scored_stream, names.scored)).data, Scored)
+    if not last.sample_id.startswith(tag) or last.verdict.outcome != "ok":
+        raise RuntimeError(f"{run}: the last Scored is {last.sample_id} with outcome {last.verdict.outcome}")
+    return {"msg_s": n / seconds, "seconds": round(seconds, 3), "publish_s": round(published, 3),
+            "cpu_ms_per_msg": 1e3 * (cpu + srv) / n, "path_cpu_ms_per_msg": 1e3 * cpu / n,
+            "server_cpu_ms_per_msg": 1e3 * srv / n, "publisher_cpu_ms_per_msg": 1e3 * me / n}
+
+
+async def _ge(value, target: int) -> bool:
+    return await value >= target
+
+
+async def bench(args: argparse.Namespace, srv: NatsServer, tmp: Path) -> list[dict]:
+    buses = {run: await Bus.connect(NatsConfig(url=srv.url), BusConfig(), RunNames(run), "bench")
+             for run in (RUN_A, RUN_B)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    relay_proc = role = None
+    out = []
+    try:
+        for bus in buses.values():
+            await bus.ensure_topology()
+        relay_log = tmp / "relay.log"
+        relay_proc = start([sys.executable, str(Path(__file__).resolve()), "--relay", srv.url, RUN_B], relay_log, env)
+        await wait_for(lambda: _has(relay_log, "ready"), "the raw relay binding its consumer", 60, every_s=0.05)
+        for workers in args.workers:
+            for tracing in args.tracing:
+                conf = f"w{workers}-{tracing}"
+                cfg, log, run_dir = tmp / f"{conf}.toml", tmp / f"{conf}.log", tmp / conf
+                role_config(cfg, srv.url, workers, tracing)
+                prefix = ["-m", "cProfile", "-o", str(Path(args.profile).resolve() / f"verify-{conf}.prof")] \
+                    if args.profile else []
+                argv = [sys.executable, *prefix, "-m", "rlvr.actors.cli", "--role", "verify", "--config", str(cfg),
+                        "--replica", f"bench-{conf}"]
+                role = start(argv, log, {**env, "RLVR_RUN_DIR": str(run_dir)})
+                await wait_warm(buses[RUN_A], workers, role, log)
+                ratio = TRACING[tracing][2]
+                pids = {RUN_A: [role.pid], RUN_B: [relay_proc.pid]}
+                handled = 0
+                for size in args.sizes:
+                    for run in (RUN_A, RUN_B):  # warm-up, not counted
+                        await one_round(buses, run, f"{conf}-{size}-warm{run[-1]}", args.warmup, size, ratio,
+                                        pids[run], srv.proc.pid)
+                    rounds: dict[str, list[dict]] = {RUN_A: [], RUN_B: []}
+                    for r in range(args.repeats):
+                        for run in (RUN_A, RUN_B) if r % 2 == 0 else (RUN_B, RUN_A):
+                            res = await one_round(buses, run, f"{conf}-{size}-r{r}{run[-1]}", args.samples, size,
+                                                  ratio, pids[run], srv.proc.pid)
+                            rounds[run].append(res)
+                            print(f"  {conf} {size:9} round {r} {'project' if run == RUN_A else 'relay  '}: "
+                                  f"{res['msg_s']:7.0f} msg/s, {res['cpu_ms_per_msg']:.3f} CPU ms/msg", flush=True)
+                    handled += args.warmup + args.samples * args.repeats
+                    out.append(summary(workers, tracing, size, rounds))
+                stop(role)
+                role = None
+                traces = sum(f.stat().st_size for f in run_dir.rglob("*.jsonl")) if run_dir.exists() else 0
+                for row in out[-len(args.sizes):]:
+                    row["trace_bytes_per_msg_all_sizes"] = round(traces / handled, 1)
+    finally:
+        stop(role)
+        stop(relay_proc)
+        for bus in buses.values():
+            await bus.close()
+    return out
+
+
+async def _has(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text(errors="replace")
+
+
+def summary(workers: int, tracing: str, size: str, rounds: dict[str, list[dict]]) -> dict:
+    def med(run: str, key: str) -> float:
+        return statistics.median(r[key] for r in rounds[run])
+
+    a, b = med(RUN_A, "msg_s"), med(RUN_B, "msg_s")
+    return {
+        "size": size, "workers": workers, "tracing": tracing,
+        "project_msg_s": round(a, 1), "relay_msg_s": round(b, 1), "ratio": round(a / b, 3),
+        "ratio_paired_median": round(statistics.median(
+            x["msg_s"] / y["msg_s"] for x, y in zip(rounds[RUN_A], rounds[RUN_B], strict=True)), 3),
+        **{f"{who}_{key}": round(med(run, key), 3) for who, run in (("project", RUN_A), ("relay", RUN_B))
+           for key in ("cpu_ms_per_msg", "path_cpu_ms_per_msg", "server_cpu_ms_per_msg", "publisher_cpu_ms_per_msg")},
+        "rounds": {"project": rounds[RUN_A], "relay": rounds[RUN_B]},
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| size | workers | tracing | relay msg/s | project msg/s | ratio | relay CPU ms/msg | "
+             "project CPU ms/msg (role+pool / nats-server) | trace B/msg |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(
+            f"| {r['size']} | {r['workers']} | {r['tracing']} | {r['relay_msg_s']:,.0f} | {r['project_msg_s']:,.0f} | "
+            f"**{r['ratio']:.2f}x** | {r['relay_cpu_ms_per_msg']:.2f} | {r['project_cpu_ms_per_msg']:.2f} "
+            f"({r['project_path_cpu_ms_per_msg']:.2f} / {r['project_server_cpu_ms_per_msg']:.2f}) | "
+            f"{r.get('trace_bytes_per_msg_all_sizes', 0):,.0f} |")
+    return "\n".join(lines)
+
+
+def _csv(kind, choices=None):
+    def parse(text: str):
+        items = [kind(x) for x in text.split(",") if x]
+        if choices is not None and (bad := [x for x in items if x not in choices]):
+            raise argparse.ArgumentTypeError(f"{bad} not in {list(choices)}")
+        return items
+    return parse
+
+
+def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--relay":
+        asyncio.run(relay(sys.argv[2], sys.argv[3], WINDOW))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samples", type=int, default=3000, help="samples per round")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds per path, alternating which goes first")
+    ap.add_argument("--warmup", type=int, default=200, help="samples per path before the rounds")
+    ap.add_argument("--sizes", type=_csv(str, SIZES), default=list(SIZES))
+    ap.add_argument("--workers", type=_csv(int), default=[1], help="pool sizes, e.g. 1,2")
+    ap.add_argument("--tracing", type=_csv(str, TRACING), default=["off"], help="off, sampled, full (comma list)")
+    ap.add_argument("--profile", help="run the role under cProfile, writing DIR/verify-<config>.prof")
+    ap.add_argument("--no-record", action="store_true", help=f"do not append to {RESULTS.relative_to(HERE.parent)}")
+    args = ap.parse_args()
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    load_before = os.getloadavg()
+    try:
+        with tempfile.TemporaryDirectory(prefix="rlvr-bus-hop-") as tmp, NatsServer(Path(tmp) / "nats") as srv:
+            try:
+                rows = anyio.run(bench, args, srv, Path(tmp))
+            except Exception:
+                for log in sorted(Path(tmp).glob("*.log")):  # the temp dir goes: show why first
+                    print(f"--- {log.name} (tail)\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+                raise
+    except SampledTracingUnsupportedError as e:
+        print(f"bus_hop: {e}", file=sys.stderr)
+        return 2
+    print(table(rows))
+    meta = {"commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "command": "python bench/bus_hop.py " + shlex.join(sys.argv[1:]), "samples": args.samples,
+            "repeats": args.repeats, "window": WINDOW}
+    if not args.no_record:
+        with open(RESULTS, "a") as f:
+            for row in rows:
+                f.write(json.dumps({**meta, **row}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
