@@ -43,6 +43,7 @@ from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
 from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
 from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
+from rlvr.learner.token_logprobs import token_logprobs
 
 LATEST = "LATEST"  # names the committed checkpoint tag; written atomically after the tag is complete
 # Why an optimizer step was skipped (``LearnerEngine.skipped_steps`` keys).
@@ -208,16 +209,9 @@ class LearnerEngine:
         self, mb: MicroBatch, module: torch.nn.Module, temperature: float, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log softmax(logits / T) of each target token: [B, T-1], and the entropy of that distribution."""
+        # Chunked over tokens (token_logprobs.py): never [B, T, V] fp32 logits at once.
         ids = mb.input_ids.to(self._device)  # [B, T]
-        out = module(input_ids=ids, attention_mask=mb.attention_mask.to(self._device), use_cache=False)
-        logits = out.logits[:, :-1].float() / temperature  # [B, T-1, V]
-        logz = torch.logsumexp(logits, dim=-1)  # [B, T-1]
-        logp = logits.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logz  # [B, T-1]
-        entropy = None
-        if with_entropy:
-            with torch.no_grad():
-                entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # [B, T-1]
-        return logp, entropy
+        return token_logprobs(module, ids, mb.attention_mask.to(self._device), temperature, with_entropy=with_entropy)
 
     def logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Per-token log-probs of ``completion_ids`` at the configured temperature."""

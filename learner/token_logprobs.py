@@ -1,0 +1,172 @@
+"""Per-token log-probs and entropy of a causal LM, chunked over tokens.
+
+The learner needs log softmax(logits / T) of each target token and, for the
+entropy metric and bonus, the entropy of that distribution. Computing them
+from the model's ``logits`` materialises [B, T, V] logits, upcast to fp32,
+for the whole micro-batch: with a 151k vocabulary that is ~10 GB per copy
+for 16k tokens, and the old path kept several copies alive (bf16 logits,
+fp32 logits, their temperature-scaled copy, the softmax for the entropy).
+
+Here the model returns its final hidden states instead (``logits_to_keep=1``
+makes the head project one position only), and the output head is applied
+to ``chunk_tokens`` positions at a time. Only one chunk's logits exist in
+fp32 at a time; each chunk runs under non-reentrant activation
+checkpointing, so the backward pass recomputes a chunk's logits when it
+reaches it instead of keeping every chunk's alive from the forward pass.
+The head is called as a module (never through its ``.weight``), so ZeRO-3
+gathers it, and a bias or an adapter wrapped around it is applied.
+
+``full_logits_logprobs`` is the previous computation, kept as the reference
+the tests and ``bench/learner_memory.py`` compare against.
+
+Not covered: the policy loss (algos/), packing (batching.py), fused
+linear + cross-entropy kernels (a CPU-testable pure-torch path was chosen).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+# Positions per chunk: at V = 151,936 one chunk of fp32 logits is
+# 1024 x 151,936 x 4 B = 0.62 GB; the backward pass holds about three such
+# buffers (logits, their gradient, its bf16 cast) for one chunk at a time.
+LOGPROB_CHUNK_TOKENS = 1024
+
+
+class OutputHeadMissingError(RuntimeError):
+    """The model has no output embeddings (``get_output_embeddings()`` is None)."""
+
+
+def output_head(module: torch.nn.Module) -> torch.nn.Module:
+    """The module that projects hidden states to vocabulary logits.
+
+    A DeepSpeed engine forwards unknown attributes to the model it wraps,
+    and PEFT models forward them to their base model, so
+    ``get_output_embeddings`` reaches the Hugging Face model through both.
+    """
+    head = module.get_output_embeddings()
+    if head is None:
+        raise OutputHeadMissingError(
+            f"{type(module).__name__}.get_output_embeddings() is None: cannot compute token log-probs"
+        )
+    return head
+
+
+def final_hidden_states(
+    module: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """The last decoder layer's normed output: [B, T, H].
+
+    The call goes through ``module`` itself (the DeepSpeed engine when there
+    is one) so the engine's forward bookkeeping and backward hooks run.
+    ``hidden_states[-1]`` is the model's ``last_hidden_state`` (after the
+    final norm) in transformers 5; ``logits_to_keep=1`` leaves the head's own
+    projection at [B, 1, V], unused.
+    """
+    out = module(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        use_cache=False,
+        output_hidden_states=True,
+        logits_to_keep=1,
+    )
+    return out.hidden_states[-1]
+
+
+def _chunk(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [n, H], targets [n] -> logp [n] (fp32), entropy [n] (fp32, no grad; empty unless asked)."""
+    logits = head(hidden).float() / temperature  # [n, V]; the only fp32 copy of this chunk
+    logz = torch.logsumexp(logits, dim=-1)  # [n]
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [n]
+    # Last, and without grad: a checkpoint's recomputation stops once it has
+    # rebuilt every saved tensor, so the backward pass never redoes this.
+    with torch.no_grad():
+        if with_entropy:
+            entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # [n]
+        else:
+            entropy = logits.new_empty(0)
+    return logp, entropy
+
+
+def head_logprobs(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    *,
+    with_entropy: bool = False,
+    chunk_tokens: int = LOGPROB_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(head(hidden) / T)[target] per position, ``chunk_tokens`` positions at a time.
+
+    hidden [B, S, H] (the positions that predict ``targets``), targets [B, S]
+    -> logp [B, S] fp32 with gradient, entropy [B, S] fp32 without (None
+    unless ``with_entropy``).
+    """
+    if chunk_tokens <= 0:
+        raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
+    shape = targets.shape
+    flat_h = hidden.reshape(-1, hidden.shape[-1])  # [N, H]
+    flat_t = targets.reshape(-1)  # [N]
+    # Checkpointing only pays when a backward pass will follow.
+    recompute = torch.is_grad_enabled() and (flat_h.requires_grad or any(p.requires_grad for p in head.parameters()))
+    logps, entropies = [], []
+    for start in range(0, flat_t.numel(), chunk_tokens):
+        h, t = flat_h[start : start + chunk_tokens], flat_t[start : start + chunk_tokens]
+        if recompute:
+            logp, entropy = checkpoint(_chunk, head, h, t, temperature, with_entropy, use_reentrant=False)
+        else:
+            logp, entropy = _chunk(head, h, t, temperature, with_entropy)
+        logps.append(logp)
+        entropies.append(entropy)
+    if not logps:  # no positions at all
+        empty = flat_h.new_zeros(shape, dtype=torch.float32)
+        return empty, (empty if with_entropy else None)
+    logp = torch.cat(logps).view(shape)
+    return logp, (torch.cat(entropies).view(shape) if with_entropy else None)
+
+
+def token_logprobs(
+    module: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float,
+    *,
+    with_entropy: bool = False,
+    chunk_tokens: int = LOGPROB_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """input_ids, attention_mask [B, T] -> logp of ids[:, 1:] [B, T-1], entropy [B, T-1] or None."""
+    hidden = final_hidden_states(module, input_ids, attention_mask)  # [B, T, H]
+    return head_logprobs(
+        output_head(module), hidden[:, :-1], input_ids[:, 1:], temperature,
+        with_entropy=with_entropy, chunk_tokens=chunk_tokens,
+    )
+
+
+def full_logits_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float, *, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The previous, unchunked computation from the model's logits [B, T, V]:
+    the reference for tests and the memory benchmark."""
+    scaled = logits[:, :-1].float() / temperature  # [B, T-1, V]
+    logz = torch.logsumexp(scaled, dim=-1)  # [B, T-1]
+    logp = scaled.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) - logz  # [B, T-1]
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = logz - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)  # [B, T-1]
+    return logp, entropy
+
+
+__all__ = [
+    "LOGPROB_CHUNK_TOKENS",
+    "OutputHeadMissingError",
+    "final_hidden_states",
+    "full_logits_logprobs",
+    "head_logprobs",
+    "output_head",
+    "token_logprobs",
+]
