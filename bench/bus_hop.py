@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -269,6 +270,19 @@ def _csv(kind, choices=None):
     return parse
 
 
+def _git(*argv: str) -> str:
+    """git's output in the repository holding this file; "" outside one (an exported tree)."""
+    done = subprocess.run(["git", *argv], cwd=HERE.parent, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _workdir(keep: str | None):
+    if keep is None:
+        return tempfile.TemporaryDirectory(prefix="rlvr-bus-hop-")
+    Path(keep).mkdir(parents=True, exist_ok=True)
+    return contextlib.nullcontext(str(Path(keep).resolve()))
+
+
 def main() -> int:
     if len(sys.argv) == 4 and sys.argv[1] == "--relay":
         asyncio.run(relay(sys.argv[2], sys.argv[3], WINDOW))
@@ -281,14 +295,18 @@ def main() -> int:
     ap.add_argument("--workers", type=_csv(int), default=[1], help="pool sizes, e.g. 1,2")
     ap.add_argument("--tracing", type=_csv(str, TRACING), default=["off"], help="off, sampled, full (comma list)")
     ap.add_argument("--profile", help="run the role under cProfile, writing DIR/verify-<config>.prof")
+    ap.add_argument("--keep", help="work in DIR and keep it (role logs, traces, nats store) instead of a temp dir")
+    ap.add_argument("--label", default="", help="free text recorded with the results (e.g. baseline)")
     ap.add_argument("--no-record", action="store_true", help=f"do not append to {RESULTS.relative_to(HERE.parent)}")
     args = ap.parse_args()
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    commit = _git("rev-parse", "--short", "HEAD")
+    # The code measured is the working tree: say which of its files differ from the commit.
+    dirty = _git("status", "--porcelain", "--", "actors", "verify", "protocol").splitlines()
     load_before = os.getloadavg()
     try:
-        with tempfile.TemporaryDirectory(prefix="rlvr-bus-hop-") as tmp, NatsServer(Path(tmp) / "nats") as srv:
+        with _workdir(args.keep) as tmp, NatsServer(Path(tmp) / "nats") as srv:
             try:
                 rows = anyio.run(bench, args, srv, Path(tmp))
             except Exception:
@@ -301,6 +319,7 @@ def main() -> int:
     print(table(rows))
     meta = {"commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
             "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "dirty": [line[3:] for line in dirty], "label": args.label,
             "command": "python bench/bus_hop.py " + shlex.join(sys.argv[1:]), "samples": args.samples,
             "repeats": args.repeats, "window": WINDOW}
     if not args.no_record:
