@@ -273,7 +273,7 @@ def _csv(kind, choices=None):
 def _git(*argv: str) -> str:
     """git's output in the repository holding this file; "" outside one (an exported tree)."""
     done = subprocess.run(["git", *argv], cwd=HERE.parent, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else ""
+    return done.stdout.rstrip() if done.returncode == 0 else ""
 
 
 def _workdir(keep: str | None):
