@@ -297,7 +297,8 @@ def main() -> int:
     ap.add_argument("--profile", help="run the role under cProfile, writing DIR/verify-<config>.prof")
     ap.add_argument("--keep", help="work in DIR and keep it (role logs, traces, nats store) instead of a temp dir")
     ap.add_argument("--label", default="", help="free text recorded with the results (e.g. baseline)")
-    ap.add_argument("--no-record", action="store_true", help=f"do not append to {RESULTS.relative_to(HERE.parent)}")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the JSON-lines file appended to")
+    ap.add_argument("--no-record", action="store_true", help="append nothing")
     args = ap.parse_args()
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
@@ -306,6 +307,9 @@ def main() -> int:
     dirty = _git("status", "--porcelain", "--", "actors", "verify", "protocol").splitlines()
     load_before = os.getloadavg()
     try:
+        with tempfile.TemporaryDirectory() as tmp:  # a refused config fails before anything starts
+            for tracing in args.tracing:
+                role_config(Path(tmp) / "check.toml", "nats://127.0.0.1:4222", 1, tracing)
         with _workdir(args.keep) as tmp, NatsServer(Path(tmp) / "nats") as srv:
             try:
                 rows = anyio.run(bench, args, srv, Path(tmp))
@@ -323,7 +327,7 @@ def main() -> int:
             "command": "python bench/bus_hop.py " + shlex.join(sys.argv[1:]), "samples": args.samples,
             "repeats": args.repeats, "window": WINDOW}
     if not args.no_record:
-        with open(RESULTS, "a") as f:
+        with open(args.results, "a") as f:
             for row in rows:
                 f.write(json.dumps({**meta, **row}) + "\n")
     return 0
