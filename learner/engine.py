@@ -42,6 +42,7 @@ from rlvr.actors.logs import get_logger
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
 from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
+from rlvr.learner.lora import base_load_kwargs, merged_state_dict, trainable_parameters, with_lora, write_adapter
 from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
 from rlvr.learner.token_logprobs import token_logprobs
 
@@ -168,7 +169,7 @@ class LearnerEngine:
         # Under ZeRO-3 each rank loads the whole model into CPU memory before
         # deepspeed.initialize partitions it; building inside zero.Init through
         # transformers' HfDeepSpeedConfig would avoid that but needs accelerate.
-        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=torch.float32, **base_load_kwargs(cfg.lora))
         self._tied = bool(getattr(model.config, "tie_word_embeddings", False))
         self.vocab_size = int(model.config.vocab_size)  # token ids must be below it (protocol.validate)
         if not 0 <= cfg.pad_token_id < model.config.vocab_size:
@@ -179,9 +180,12 @@ class LearnerEngine:
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
+        if cfg.lora.enabled:  # learner/lora.py: base frozen, adapters trainable
+            model = with_lora(model, cfg.lora, gradient_checkpointing=cfg.gradient_checkpointing)
         opt = cfg.optimizer
         self.ds, _, _, _ = deepspeed.initialize(
             model=model,
+            model_parameters=trainable_parameters(model),
             config=ds_config,
             optimizer=partial(
                 torch.optim.AdamW, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay, eps=opt.eps
@@ -198,6 +202,11 @@ class LearnerEngine:
     def step(self) -> int:
         """Optimizer steps taken (RL and SFT together)."""
         return self._step
+
+    @property
+    def adapter(self) -> bool:
+        """Whether exports (and the weight broadcast) are a LoRA adapter rather than full weights."""
+        return self.cfg.lora.enabled
 
     @property
     def tied_embeddings(self) -> bool:
@@ -421,17 +430,29 @@ class LearnerEngine:
                 torch.distributed.broadcast(p.data, src=0)
 
     # ---- weights out ---------------------------------------------------
-    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
-        """The whole model's state dict on rank 0 (None elsewhere)."""
+    def _module_state_dict(self) -> dict[str, torch.Tensor] | None:
         if self.cfg.zero_stage == 3:
             # Plain state_dict() holds empty partitions under ZeRO-3.
             return self.ds._zero3_consolidated_16bit_state_dict()
         return self.ds.module.state_dict() if self.rank == 0 else None
 
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's state dict on rank 0 (None elsewhere); with LoRA,
+        Hugging Face names with the adapters merged in."""
+        state = self._module_state_dict()
+        if state is not None and self.cfg.lora.enabled:
+            state = merged_state_dict(state, self.cfg.lora)
+        return state
+
     def export_weights(self, directory: Path) -> list[tuple[str, str, int]]:
         """Write the consolidated weights as safetensors (rank 0); returns
         (file name, sha256, bytes). ``lm_head.weight`` is always present.
-        Call on every rank; ranks other than 0 get []."""
+        Call on every rank; ranks other than 0 get []. With LoRA: the adapter
+        only (adapter_model.safetensors + adapter_config.json)."""
+        if self.cfg.lora.enabled:
+            raw = self._module_state_dict()
+            dtype = EXPORT_DTYPES[self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")]
+            return [] if raw is None else write_adapter(self.ds.module, raw, Path(directory), dtype=dtype)
         state = self.full_state_dict()
         if state is None:
             return []
@@ -452,7 +473,9 @@ class LearnerEngine:
         directory = Path(directory)
         tag = f"step-{self._step:08d}"
         extra = {"rlvr_client_state": client_state, "rlvr_step": self._step}
-        self.ds.save_checkpoint(str(directory), tag=tag, client_state=extra, save_latest=False)
+        # With LoRA the frozen base is the model folder's, so only the adapter is saved.
+        self.ds.save_checkpoint(str(directory), tag=tag, client_state=extra, save_latest=False,
+                                exclude_frozen_parameters=self.cfg.lora.enabled)
         torch.save(rng_states(), directory / tag / f"rng_rank{self.rank}.pt")
         if self._ref is not None and self.rank == 0:
             torch.save(self._ref.state_dict(), directory / tag / "ref_model.pt")
@@ -473,7 +496,7 @@ class LearnerEngine:
         if not marker.exists():
             return None
         tag = marker.read_text().strip()
-        path, extra = self.ds.load_checkpoint(str(directory), tag=tag)
+        path, extra = self.ds.load_checkpoint(str(directory), tag=tag, load_module_strict=not self.cfg.lora.enabled)
         if path is None:
             raise CheckpointLoadError(f"DeepSpeed could not load checkpoint {directory}/{tag}")
         self._step = int(extra["rlvr_step"])

@@ -51,6 +51,32 @@ class CosineSchedule(Struct, frozen=True, forbid_unknown_fields=True, tag="cosin
 
 Schedule = ConstantSchedule | CosineSchedule
 ExportDtype = Literal["bf16", "fp16", "fp32"]
+# The attention and MLP projections of Qwen2 / Llama-style models.
+LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """LoRA adapters (peft) on a frozen base; the rollouts then receive the adapter only."""
+
+    # Train low-rank adapters instead of every parameter; false: full-parameter training.
+    enabled: bool = False
+    # Rank r of each adapter (A: r x in, B: out x r); vLLM rollouts need rollout.engine.max_lora_rank >= r.
+    rank: Annotated[int, Meta(ge=1, le=512)] = 16
+    # Scale of the adapter's update: W + (alpha / rank) * B @ A.
+    alpha: Annotated[float, Meta(gt=0.0)] = 32.0
+    # Dropout on the adapter's input while training (0 = none).
+    dropout: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0
+    # Names of the Linear modules that get an adapter (matched against the end of the module path).
+    target_modules: tuple[str, ...] = LORA_DEFAULT_TARGETS
+    # "4bit": QLoRA, the frozen base in 4-bit NF4 (bitsandbytes, CUDA only; refused on CPU).
+    quantize_base: Literal["none", "4bit"] = "none"
+
+    def __post_init__(self) -> None:
+        if not self.target_modules:
+            raise ValueError("target_modules is empty: name at least one Linear module, e.g. q_proj")
+        for name in self.target_modules:
+            if not name or not all(part.isidentifier() for part in name.split(".")):
+                raise ValueError(f"target_modules entry {name!r} is not a module name")
 
 
 class TrainEngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -93,6 +119,10 @@ class TrainEngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Token id that right-pads micro-batch rows; padding is masked out of attention and loss,
     # so any valid id works (the tokenizer's pad id is the natural choice).
     pad_token_id: Annotated[int, Meta(ge=0)] = 0
+    # LoRA: train adapters on a frozen base and publish only them (enabled = false: full parameters).
+    lora: LoraConfig = LoraConfig()
 
 
-__all__ = ["ConstantSchedule", "CosineSchedule", "TrainEngineConfig", "ExportDtype", "OptimizerConfig", "Schedule"]
+__all__ = [
+    "ConstantSchedule", "CosineSchedule", "TrainEngineConfig", "ExportDtype", "LoraConfig", "OptimizerConfig", "Schedule",
+]

@@ -68,12 +68,14 @@ def write_safetensors(
     *,
     dtype: torch.dtype,
     max_shard_bytes: int = 1 << 30,
+    stem: str = "model",
 ) -> list[tuple[str, str, int]]:
     """Write ``state_dict`` to ``directory`` as safetensors.
 
     One file ``model.safetensors`` when it fits in ``max_shard_bytes``,
     otherwise ``model-0000i-of-0000n.safetensors`` plus the Hugging Face
-    index ``model.safetensors.index.json``. Floating tensors are cast to
+    index ``model.safetensors.index.json`` (``stem`` replaces ``model``:
+    a LoRA adapter is ``adapter_model.safetensors``). Floating tensors are cast to
     ``dtype``. Returns (file name, sha256 hex, bytes) for every file written,
     the index last.
     """
@@ -87,14 +89,15 @@ def write_safetensors(
     files: list[tuple[str, str, int]] = []
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards):
-        name = "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        name = f"{stem}.safetensors" if len(shards) == 1 else f"{stem}-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         digest, size = _write_atomic(directory / name, safetensors_bytes(shard, metadata={"format": "pt"}))
         files.append((name, digest, size))
         weight_map.update({k: name for k in shard})
     if len(shards) > 1:
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1).encode()
-        files.append((INDEX_NAME, *_write_atomic(directory / INDEX_NAME, index)))
+        index_name = INDEX_NAME.replace("model", stem, 1)
+        files.append((index_name, *_write_atomic(directory / index_name, index)))
     return files
 
 
