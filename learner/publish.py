@@ -7,7 +7,9 @@ replica still fetching version v-1 is not cut off. Path transport: the files
 stay where the learner wrote them (a shared filesystem) and the announcement
 names the directory. The announcement goes out only after every byte is
 stored, so a replica never sees a version it cannot fetch; it carries each
-file's sha256 and size, and the replica checks them before loading.
+file's sha256 and size, and the replica checks them before loading. A LoRA
+run publishes its adapter the same way, flagged ``adapter`` in the
+announcement (adapter_model.safetensors + adapter_config.json).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ async def publish_weights(
     dtype: str,
     tied_embeddings: bool,
     transport: str = "object_store",
+    adapter: bool = False,
 ) -> WeightsAnnouncement:
     if transport == "object_store":
         store = await bus.js.object_store(bus.names.weights_bucket)
@@ -57,6 +60,7 @@ async def publish_weights(
         bytes=sum(size for _, _, size in files),
         created_at=time.time(),
         tied_embeddings=tied_embeddings,
+        adapter=adapter,
     )
     await bus.publish(bus.names.weights, ann, msg_id=f"weights/{version}")
     await bus.kv_put(KV_POLICY_VERSION, str(version).encode())

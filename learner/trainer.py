@@ -113,13 +113,14 @@ class Trainer:
         directory = weights_root / f"v{version}"
         files = await self.export(directory)
         # A complete HF folder (config, tokenizer): `rlvr-actor eval --checkpoint` loads it as is.
-        for f in Path(self.cfg.model_path).iterdir():
+        # A LoRA adapter's folder stays peft's own (it applies to the base model_path).
+        for f in Path(self.cfg.model_path).iterdir() if not engine.adapter else ():
             if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json", ".bin")):
                 shutil.copy(f, directory / f.name)
         dtype = self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")
         await publish_weights(
             bus, directory, files, version=version, step=step, dtype=dtype,
-            tied_embeddings=engine.tied_embeddings, transport=transport,
+            tied_embeddings=engine.tied_embeddings, transport=transport, adapter=engine.adapter,
         )
         for old in weights_root.glob("v*"):
             if old.name[1:].isdigit() and int(old.name[1:]) < version - 1:

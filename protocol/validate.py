@@ -63,6 +63,8 @@ MAX_LOGPROB = 1e-3
 MIN_LOGPROB = -1e4
 # Sampling temperature: 0 is greedy; above 100 sampling is uniform noise.
 MAX_TEMPERATURE = 100.0
+# A LoRA adapter's configuration file (peft's name); the announcement of an adapter carries it.
+ADAPTER_CONFIG_FILE = "adapter_config.json"
 # Files in one weights announcement.
 MAX_WEIGHT_FILES = 10_000
 
@@ -216,6 +218,13 @@ def check_scored(sc: Scored) -> None:
 def check_weights(w: WeightsAnnouncement) -> None:
     _count("files", len(w.files), MAX_WEIGHT_FILES)
     _finite("created_at", w.created_at, 0.0)
+    if w.adapter:
+        # Object names are ``v<version>/<file>``: the file name is the last part.
+        names = [f.name.rsplit("/", 1)[-1] for f in w.files]
+        if names.count(ADAPTER_CONFIG_FILE) != 1:
+            _fail(f"files: an adapter announcement needs exactly one {ADAPTER_CONFIG_FILE}, got {names[:5]}")
+        if not any(n.endswith(".safetensors") for n in names):
+            _fail(f"files: an adapter announcement needs a .safetensors file, got {names[:5]}")
 
 
 def check_message(msg: object) -> None:

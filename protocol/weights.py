@@ -30,6 +30,10 @@ class WeightsAnnouncement(Struct, frozen=True, tag="weights", omit_defaults=True
     # still carries ``lm_head.weight`` explicitly (vLLM keeps a stale head otherwise).
     tied_embeddings: bool = False
     v: int = 1
+    # True when the files are a LoRA adapter (peft's adapter_model.safetensors and
+    # adapter_config.json) for the base model the replica serves, not full weights.
+    # A replica that predates the field ignores it and rejects the blob (tensors missing).
+    adapter: bool = False
 
 
 __all__ = ["Transport", "WeightFile", "WeightsAnnouncement"]
