@@ -25,6 +25,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 
@@ -169,6 +170,27 @@ class Bus:
         return await self.js.publish(
             subject, encode(msg), timeout=self.nats_cfg.request_timeout_s, headers=hdrs
         )
+
+    async def publish_many(self, subject: str, items: list[tuple[Message, str | None]]) -> list[js_api.PubAck]:
+        """Publish every ``(message, msg_id)`` at once and wait for all their
+        acknowledgements under one deadline (a group of samples: one socket
+        write, not one round trip each). Raises the first failure; on a
+        timeout, nats' ``TimeoutError`` (a transient bus fault)."""
+        hdrs = inject_headers()
+        futures = []
+        try:
+            for msg, msg_id in items:
+                h = dict(hdrs)
+                if msg_id is not None:
+                    h["Nats-Msg-Id"] = msg_id
+                futures.append(await self.js.publish_async(subject, encode(msg), headers=h))
+            with anyio.fail_after(self.nats_cfg.request_timeout_s):
+                return [await f for f in futures]
+        except TimeoutError:
+            raise NatsTimeoutError from None
+        finally:
+            for f in futures:
+                f.cancel()  # no-op when done; frees nats-py's table entry when not
 
     async def publish_core(self, subject: str, msg: Message) -> None:
         """Fire-and-forget core NATS publish (heartbeats)."""

@@ -137,6 +137,11 @@ class ObservabilityConfig(Struct, frozen=True, forbid_unknown_fields=True):
     trace_exporter: Literal["none", "console", "file"] = "none"
     # Directory for "file" traces: one JSON-lines file per process.
     trace_dir: str = "traces"
+    # Head sampling: the fraction of trajectories traced, decided once where a
+    # trace starts (the feeder) and followed by every later hop (parent-based).
+    # An unsampled trajectory costs almost nothing; a sampled one keeps its
+    # whole cross-process trace. 1.0 traces everything (fine for small runs).
+    trace_sample_ratio: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
 
 
 class SharedSections(Struct, frozen=True):

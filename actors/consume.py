@@ -40,12 +40,24 @@ Drain: when ``stop`` is set the loop stops pulling (it notices within one
 ``fetch_timeout_s``); handlers in hand get ``drain_timeout_s`` to finish and
 are then cancelled, and their messages are nak'ed (shielded) for immediate
 redelivery elsewhere.
+
+Cost per message is what bounds a hop's rate (bench/bus_hop.py), so:
+
+- pulls are batched: the loop fetches once at least half the window
+  (``concurrency``) is free, or after a short linger when less is, never one
+  message per pull request (each pull is a round trip and server work);
+- one handler task per message, and nothing else per message: a single
+  ticker per consumer (``keep_alive_every_s``) sends ``in_progress`` for every
+  message held past the interval, instead of a keep-alive task per message;
+- the message's trace context is extracted once into ``Delivery.trace_context``
+  and handlers start their span from it; nothing is attached per message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
@@ -57,11 +69,9 @@ import nats.errors as nats_errors
 import nats.js.errors as js_errors
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
-from opentelemetry import context as otel_context
-
 from rlvr.actors.bus import Bus
 from rlvr.actors.logs import bind_message, get_logger
-from rlvr.actors.tracing import extract_context, trace_id_hex
+from rlvr.actors.tracing import extract_context, remote_span_context
 from rlvr.protocol import MessageDecodeError
 from rlvr.protocol.subjects import ConsumerDef
 from rlvr.protocol.validate import MessageInvalidError, check_message
@@ -121,6 +131,8 @@ class ActorFatalError(RuntimeError):
 class Delivery:
     """What a handler knows about the message it holds."""
 
+    __slots__ = ("headers", "msg", "num_delivered", "received_at", "stream_seq", "trace_context")
+
     def __init__(self, msg: Msg) -> None:
         self.msg = msg
         meta = msg.metadata
@@ -128,17 +140,17 @@ class Delivery:
         self.stream_seq: int = meta.sequence.stream
         self.headers: dict[str, str] = dict(msg.headers or {})
         self.received_at = time.time()
+        # The producer's span context: a handler starts its span with
+        # ``context=delivery.trace_context`` to continue the trajectory's trace.
+        self.trace_context = extract_context(self.headers)
 
     async def in_progress(self) -> None:
         await self.msg.in_progress()
 
-    async def keep_alive(self, every_s: float) -> None:
-        """Send in_progress every ``every_s`` until cancelled (run in a task group)."""
-        while True:
-            await anyio.sleep(every_s)
-            await self.msg.in_progress()
 
-
+# How long the pull loop waits for half the window to free up before it
+# pulls for the slots that are free (bounds the latency a batched pull adds).
+_LINGER_S = 0.02
 # Dead-letter kinds, the suffix of the ``dead_letter.<kind>`` counters.
 DEAD_KINDS = ("malformed", "schema", "version", "invalid", "conflict", "poison", "term")
 # Message ids (and stream sequences) one consumer remembers, for the
@@ -198,6 +210,7 @@ class Consumer(Generic[T]):
         start_seq: int | None = None,
         validate: Callable[[T], None] = check_message,
         poison_after: int | None = None,
+        keep_alive_every_s: float | None = None,
     ) -> None:
         self.bus = bus
         self.cd = cd
@@ -218,33 +231,80 @@ class Consumer(Generic[T]):
         self._returned = _Lru(_REMEMBERED)  # stream seqs this consumer gave back (nak/hold)
         self._backoff_max_s = max(0.1, min(30.0, bus.cfg.ack_wait_s / 3))
         self._pull_failing_since: float | None = None
+        # The window: ``_free`` slots of ``concurrency``; ``_room`` is set
+        # whenever one frees up (or stop is set), to wake the pull loop.
+        self._free = concurrency
+        self._room = anyio.Event()
+        self.keep_alive_every_s = keep_alive_every_s
+        self._held: dict[int, list] = {}  # id(msg) -> [msg, time of its last sign of life]
 
     async def run(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = await self.bus.pull_subscription(self.cd, start_seq=self.start_seq)
-        slots = anyio.Semaphore(self.concurrency)
         task_status.started()
         try:
-            # The drain deadline is set on this scope once pulling stops: the
-            # task group then waits for the handlers in hand, at most that long.
-            with anyio.CancelScope() as drain_scope:
-                async with anyio.create_task_group() as handlers:
-                    while await _slot_or_stop(slots, stop):
-                        await self._pull_once(sub, slots, handlers)
-                    drain_scope.deadline = anyio.current_time() + self.bus.cfg.drain_timeout_s
+            # The ticker and the stop watcher outlive the handlers: messages
+            # being drained are still kept alive.
+            async with anyio.create_task_group() as chores:
+                chores.start_soon(self._wake_on, stop)
+                if self.keep_alive_every_s:
+                    chores.start_soon(self._keep_alive, self.keep_alive_every_s)
+                # The drain deadline is set on this scope once pulling stops: the
+                # task group then waits for the handlers in hand, at most that long.
+                with anyio.CancelScope() as drain_scope:
+                    async with anyio.create_task_group() as handlers:
+                        while await self._room_to_pull(stop):
+                            await self._pull_once(sub, handlers)
+                        drain_scope.deadline = anyio.current_time() + self.bus.cfg.drain_timeout_s
+                chores.cancel_scope.cancel()
             if drain_scope.cancelled_caught:
                 log.warning("drain_timeout", naked=self.stats.in_flight)
         finally:
             with anyio.CancelScope(shield=True):
                 await sub.unsubscribe()
 
-    async def _pull_once(self, sub, slots: anyio.Semaphore, handlers: anyio.abc.TaskGroup) -> None:
-        # One slot is already ours (``_slot_or_stop``); take every other free
-        # one, so we never pull messages we cannot work on at once (they would
-        # age in our hands past ack_wait).
-        taken = 1
-        while slots.value > 0:
-            slots.acquire_nowait()
-            taken += 1
+    async def _wake_on(self, stop: anyio.Event) -> None:
+        await stop.wait()
+        self._room.set()
+
+    async def _room_to_pull(self, stop: anyio.Event) -> bool:
+        """Wait until a pull is worth it: half the window free, or some of it
+        free for ``_LINGER_S`` (so slow handlers never leave a slot idle for
+        long). False once ``stop`` is set."""
+        half = max(1, self.concurrency // 2)
+        deadline = math.inf
+        while not stop.is_set():
+            if self._free >= half:
+                return True
+            now = anyio.current_time()
+            if self._free > 0:
+                if deadline == math.inf:
+                    deadline = now + _LINGER_S
+                elif now >= deadline:
+                    return True
+            self._room = anyio.Event()
+            with anyio.move_on_after(deadline - now):
+                await self._room.wait()
+        return False
+
+    def _release(self) -> None:
+        self._free += 1
+        self._room.set()
+
+    async def _keep_alive(self, every_s: float) -> None:
+        """One ticker for the whole window: ``in_progress`` for each message
+        held ``every_s`` since its last sign of life."""
+        while True:
+            await anyio.sleep(every_s / 4)
+            now = time.monotonic()
+            for held in list(self._held.values()):
+                if now - held[1] >= every_s:
+                    held[1] = now
+                    await self._safely(held[0].in_progress, "in_progress")
+
+    async def _pull_once(self, sub, handlers: anyio.abc.TaskGroup) -> None:
+        # Take every free slot, so we never pull messages we cannot work on
+        # at once (they would age in our hands past ack_wait).
+        taken, self._free = self._free, 0
         try:
             msgs = await sub.fetch(batch=taken, timeout=self.bus.cfg.fetch_timeout_s)
             self._pull_failing_since = None
@@ -253,20 +313,17 @@ class Consumer(Generic[T]):
             # for batch>1 when nothing arrived: either way, no messages.
             msgs = []
         except Exception as e:
-            for _ in range(taken):
-                slots.release()
+            self._free += taken
             if not is_transient_bus_fault(e):
                 raise
             await self._pull_failed(e)
             return
         except BaseException:
-            for _ in range(taken):
-                slots.release()
+            self._free += taken
             raise
-        for _ in range(taken - len(msgs)):
-            slots.release()
+        self._free += taken - len(msgs)
         for m in msgs:
-            handlers.start_soon(self._one, m, slots)
+            handlers.start_soon(self._one, m)
 
     async def _pull_failed(self, e: Exception) -> None:
         """A pull the server could not answer (a leader election, a partition,
@@ -310,9 +367,10 @@ class Consumer(Generic[T]):
                 await self._safely(delivery.msg.in_progress, "in_progress")
                 wait_s = min(self._backoff_max_s, wait_s * 2)
 
-    async def _one(self, msg: Msg, slots: anyio.Semaphore) -> None:
+    async def _one(self, msg: Msg) -> None:
         self.stats.in_flight += 1
         self.stats.counters["received"] += 1
+        self._held[id(msg)] = [msg, time.monotonic()]
         settled = False
         try:
             delivery = Delivery(msg)
@@ -322,15 +380,14 @@ class Consumer(Generic[T]):
                 await self._dead(msg, r.kind, r.reason, r.error_type)
                 settled = True
                 return
-            token = otel_context.attach(extract_context(delivery.headers))
-            try:
-                with bind_message(task_id=self._task_id(obj), trace_id=trace_id_hex()):
-                    outcome = await self._handle(obj, delivery)  # ActorFatalError: the finally below naks
-                    await self._settle(msg, outcome)
-                    settled = True
-            finally:
-                otel_context.detach(token)
+            remote = remote_span_context(delivery.trace_context)
+            trace_id = f"{remote.trace_id:032x}" if remote is not None else None
+            with bind_message(task_id=self._task_id(obj), trace_id=trace_id):
+                outcome = await self._handle(obj, delivery)  # ActorFatalError: the finally below naks
+                await self._settle(msg, outcome)
+                settled = True
         finally:
+            self._held.pop(id(msg), None)
             if not settled:
                 # Cancelled (drain timeout or shutdown): give the message back now.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
@@ -339,7 +396,7 @@ class Consumer(Generic[T]):
                         self.stats.counters["naked"] += 1
                     log.info("naked_on_stop", stream_seq=_seq(msg))
             self.stats.in_flight -= 1
-            slots.release()
+            self._release()
 
     def _admit(self, msg: Msg, delivery: Delivery) -> T:
         """The decoded, validated message, or ``_Refused`` saying why not."""
@@ -456,29 +513,6 @@ class Consumer(Generic[T]):
             self.stats.counters["poison_pills"] += 1
         if reference:
             self.stats.counters["dead_letter_references"] += 1
-
-
-async def _slot_or_stop(slots: anyio.Semaphore, stop: anyio.Event) -> bool:
-    """Take a free slot, or return False as soon as ``stop`` is set."""
-    acquired = False
-    async with anyio.create_task_group() as tg:
-
-        async def take() -> None:
-            nonlocal acquired
-            await slots.acquire()
-            acquired = True
-            tg.cancel_scope.cancel()
-
-        async def watch() -> None:
-            await stop.wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(take)
-        tg.start_soon(watch)
-    if acquired and stop.is_set():
-        slots.release()
-        return False
-    return acquired
 
 
 def _identity(obj: object) -> str | None:

@@ -89,7 +89,8 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
         lead()  # join the followers now: they wait on rank 0 from their start
     run_dir = os.environ.get("RLVR_RUN_DIR")
     trace_dir = Path(run_dir) / obs.trace_dir if run_dir and not Path(obs.trace_dir).is_absolute() else Path(obs.trace_dir)
-    setup_tracing(service=role, replica=replica, run=cfg.run, exporter=obs.trace_exporter, trace_dir=trace_dir)
+    setup_tracing(service=role, replica=replica, run=cfg.run, exporter=obs.trace_exporter, trace_dir=trace_dir,
+                  sample_ratio=obs.trace_sample_ratio)
     from functools import partial
 
     from rlvr.actors.runtime import serve

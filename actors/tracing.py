@@ -6,6 +6,16 @@ when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; otherwise to the exporter the
 config names: ``file`` writes one JSON object per span per line to
 ``<trace_dir>/<role>-<replica>.jsonl`` (tests and local runs read these),
 ``console`` prints spans, ``none`` records nothing.
+
+Cost per message is kept small, because every hop of every trajectory pays it:
+
+- head sampling (``observability.trace_sample_ratio``): the trace's root
+  decides once, every later hop follows the ``traceparent`` flag
+  (``ParentBased``), so a trajectory is traced whole or not at all and an
+  unsampled one only pays for a non-recording span;
+- the tracer is made once per process (``tracer()``), not per message;
+- the file exporter writes each exported batch with one ``write`` (spans are
+  batched by ``BatchSpanProcessor``), not one line-buffered write per span.
 """
 
 from __future__ import annotations
@@ -22,11 +32,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
 )
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 _propagator = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
+_tracers: dict[str, trace.Tracer] = {}
 
 
 def _span_line(span: ReadableSpan) -> str:
@@ -50,15 +64,30 @@ def _span_line(span: ReadableSpan) -> str:
     return json.dumps(record, default=str) + "\n"
 
 
+class JsonLinesExporter(SpanExporter):
+    """One JSON object per span per line; one write and one flush per batch."""
+
+    def __init__(self, path: Path) -> None:
+        self._out = open(path, "a", encoding="utf-8")  # noqa: SIM115 (lives with the process)
+
+    def export(self, spans) -> SpanExportResult:
+        self._out.write("".join(_span_line(span) for span in spans))
+        self._out.flush()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self._out.close()
+
+
 def setup_tracing(
-    *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path
+    *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path, sample_ratio: float = 1.0
 ) -> None:
     """Install the global tracer provider for this process (once)."""
     global _provider
     resource = Resource.create(
         {"service.name": f"rlvr-{service}", "service.instance.id": replica, "rlvr.run": run}
     )
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -66,14 +95,14 @@ def setup_tracing(
     elif exporter == "file":
         path = Path(trace_dir)
         path.mkdir(parents=True, exist_ok=True)
-        out = open(path / f"{service}-{replica}.jsonl", "a", buffering=1)  # noqa: SIM115 (lives with the process)
         # Batched: a span's end must not cost a synchronous write in the hot
         # path; shutdown_tracing() flushes what is pending on a clean exit.
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=out, formatter=_span_line)))
+        provider.add_span_processor(BatchSpanProcessor(JsonLinesExporter(path / f"{service}-{replica}.jsonl")))
     elif exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     trace.set_tracer_provider(provider)
     _provider = provider
+    _tracers.clear()
 
 
 def shutdown_tracing() -> None:
@@ -82,7 +111,11 @@ def shutdown_tracing() -> None:
 
 
 def tracer(name: str = "rlvr") -> trace.Tracer:
-    return trace.get_tracer(name)
+    """This process's tracer, made once (``trace.get_tracer`` is not cheap)."""
+    t = _tracers.get(name)
+    if t is None:
+        t = _tracers[name] = trace.get_tracer(name)
+    return t
 
 
 def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
@@ -92,16 +125,17 @@ def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
     return carrier
 
 
-def extract_context(headers: Mapping[str, str] | None) -> otel_context.Context:
-    return _propagator.extract(dict(headers or {}))
+def extract_context(headers: Mapping[str, str] | None) -> otel_context.Context | None:
+    """The remote context a message carries; None when it carries none, so a
+    span started with it is a root (the propagator is not run for nothing)."""
+    if not headers or "traceparent" not in headers:
+        return None
+    return _propagator.extract(headers)
 
 
-def trace_id_hex(span: trace.Span | None = None) -> str | None:
-    ctx = (span or trace.get_current_span()).get_span_context()
-    return f"{ctx.trace_id:032x}" if ctx.is_valid else None
-
-
-def span_context_from_headers(headers: Mapping[str, str] | None) -> trace.SpanContext | None:
-    """The remote span context a message carries (for span links)."""
-    ctx = trace.get_current_span(extract_context(headers)).get_span_context()
+def remote_span_context(context: otel_context.Context | None) -> trace.SpanContext | None:
+    """The producer's span context in an extracted ``context`` (for span links)."""
+    if context is None:
+        return None
+    ctx = trace.get_current_span(context).get_span_context()
     return ctx if ctx.is_valid else None

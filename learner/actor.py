@@ -38,7 +38,7 @@ from opentelemetry.trace import Link
 from rlvr.actors.consume import Ack, Consumer, Delivery, Hold, Term, is_transient_bus_fault
 from rlvr.actors.logs import get_logger
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
-from rlvr.actors.tracing import span_context_from_headers, tracer
+from rlvr.actors.tracing import remote_span_context, tracer
 from rlvr.learner.checkpoint import CheckpointStore, LearnerState, LedgerEntry
 from rlvr.learner.config import LearnConfig
 from rlvr.learner.datasets import load_splits
@@ -302,7 +302,7 @@ class LearnActor:
                 self.drops.samples["invalid"] += 1
                 return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
         self.held[sid] = delivery.msg
-        if (c := span_context_from_headers(delivery.headers)) is not None:
+        if (c := remote_span_context(delivery.trace_context)) is not None:
             self.span_ctx[sid] = c
         group = self.assembler.add(seq, scored)
         if group is not None:

@@ -73,6 +73,7 @@ class RolloutActor:
                 # Bounds n, max_tokens and prompt size: an out-of-bound task is
                 # dead-lettered with the field, never handed to the engine.
                 validate=check_task,
+                keep_alive_every_s=self.cfg.in_progress_every_s,
             )
             async with anyio.create_task_group() as tg:
                 await tg.start(watcher.run)
@@ -87,6 +88,7 @@ class RolloutActor:
         self.queue_wait.add(max(0.0, picked_up - task.created_at))
         with tracer().start_as_current_span(
             "rollout.generate",
+            context=delivery.trace_context,
             attributes={"rlvr.task_id": task.task_id, "rlvr.n": task.n, "rlvr.replica": self.ctx.replica},
         ) as span:
             with anyio.CancelScope() as abort_scope:
@@ -99,23 +101,22 @@ class RolloutActor:
                 # Aborted for a weight reload (reload_policy = "abort_requeue").
                 return Nak(0.0, "aborted for a weight reload")
             generate_s = time.time() - picked_up
-            span.set_attribute("rlvr.policy_version", result.weights_version_min)
-            span.set_attribute("rlvr.tokens", sum(len(g.ids) for g in result.generations))
+            if span.is_recording():
+                span.set_attributes({"rlvr.policy_version": result.weights_version_min,
+                                     "rlvr.tokens": sum(len(g.ids) for g in result.generations)})
             await self._publish(task, result, rejected, picked_up, generate_s)
         return None
 
     async def _generate(self, task: Task, delivery: Delivery) -> tuple[GroupResult, bool]:
+        # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).
         rejected = False
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(delivery.keep_alive, self.cfg.in_progress_every_s)
-            try:
-                result = await self.engine.generate(task.prompt, task.n, task.sampling)
-            except PromptTooLongError as e:
-                log.warning("prompt_rejected", reason=str(e))
-                result, rejected = _rejected(task, self.version), True
-            except EngineDeadError as e:
-                raise ActorFatalError(f"engine died: {e}") from e
-            tg.cancel_scope.cancel()
+        try:
+            result = await self.engine.generate(task.prompt, task.n, task.sampling)
+        except PromptTooLongError as e:
+            log.warning("prompt_rejected", reason=str(e))
+            result, rejected = _rejected(task, self.version), True
+        except EngineDeadError as e:
+            raise ActorFatalError(f"engine died: {e}") from e
         return result, rejected
 
     async def _publish(
@@ -149,21 +150,13 @@ class RolloutActor:
                 ),
             )
             samples.append(sample)
-        # All n publishes in flight at once: one socket write and one wake-up per
+        # All n publishes in flight at once (publish_async): one socket write per
         # group instead of n round trips. The task is acked (by the caller) only
         # after every PubAck is in; a failed publish fails the group and the task
         # is nak'ed, and its republished samples are deduplicated by Nats-Msg-Id.
-        try:
-            async with anyio.create_task_group() as tg:
-                for sample in samples:
-                    tg.start_soon(self._publish_one, sample)
-        except ExceptionGroup as eg:  # n timeouts say no more than one: name the cause
-            raise eg.exceptions[0] from eg
-
-    async def _publish_one(self, sample: Sample) -> None:
-        await self.ctx.bus.publish(self.ctx.names.rollouts, sample, msg_id=sample.sample_id)
-        self.tokens.add(len(sample.completion.ids))
-        self.samples.add(1)
+        await self.ctx.bus.publish_many(self.ctx.names.rollouts, [(s, s.sample_id) for s in samples])
+        self.tokens.add(sum(len(s.completion.ids) for s in samples))
+        self.samples.add(len(samples))
 
     def abort_in_flight(self) -> int:
         for scope in list(self.abort_scopes):

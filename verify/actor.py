@@ -69,6 +69,7 @@ class VerifyActor:
                 concurrency=self.cfg.concurrency,
                 task_id_of=lambda s: s.task_id,
                 validate=check_sample,  # before any verifier sees it: dead-lettered with the field
+                keep_alive_every_s=self.cfg.in_progress_every_s,
             )
             await self.consumer.run(ctx.stop)
 
@@ -76,6 +77,7 @@ class VerifyActor:
         assert self.pool is not None
         with tracer().start_as_current_span(
             "verify.score",
+            context=delivery.trace_context,
             attributes={"rlvr.sample_id": sample.sample_id, "rlvr.verifier": sample.verifier.name},
         ) as span:
             if sample.finish_reason == "rejected":
@@ -86,20 +88,18 @@ class VerifyActor:
                 except VerifierSpecError as e:
                     self.outcomes["bad_spec"] += 1
                     return Term(str(e), "VerifierSpecError")
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(delivery.keep_alive, self.cfg.in_progress_every_s)
-                    verdict = await self.pool.verify(
-                        sample.verifier, sample.text, context_for_sample(sample, self.sandbox)
-                    )
-                    tg.cancel_scope.cancel()
+                # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).
+                verdict = await self.pool.verify(
+                    sample.verifier, sample.text, context_for_sample(sample, self.sandbox)
+                )
             try:
                 check_verdict(verdict)  # a NaN reward must never reach the learner
             except MessageInvalidError as e:
                 self.outcomes["invalid_verdict"] += 1
                 return Term(f"verifier {sample.verifier.name!r} returned an unusable verdict: {e.reason}",
                             "MessageInvalidError", kind="invalid")
-            span.set_attribute("rlvr.outcome", verdict.outcome)
-            span.set_attribute("rlvr.reward", verdict.reward)
+            if span.is_recording():  # an unsampled trajectory pays nothing more
+                span.set_attributes({"rlvr.outcome": verdict.outcome, "rlvr.reward": verdict.reward})
             scored = Scored(sample=sample, verdict=verdict, replica=self.ctx.replica)
             await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=sample.sample_id)
         self.outcomes[verdict.outcome] += 1
