@@ -5,10 +5,11 @@
     python bench/bus_hop.py --tracing off,full --workers 1,2
     python bench/bus_hop.py --tracing sampled              # needs observability.trace_sample_ratio
 
-It starts a real nats-server (temp store, free port) and creates two runs'
+It starts a real nats-server (temp store, free port) and creates each run's
 topology with the project's own code (``Bus.ensure_topology``, as the learner
-and ``rlvr-actor init`` do): run ``hopA`` for the project, run ``hopB`` for
-the relay, identical. Then:
+and ``rlvr-actor init`` do): run ``hopB`` for the relay and one run
+``hopA-w<workers>-<tracing>`` per project configuration, identical. Each run
+has its own process, all started and warm before any timing:
 
 - **project**: one ``rlvr-actor --role verify`` process with the built-in
   example's verify settings (``exact`` verifier, ``pool_size`` = ``--workers``,
@@ -17,10 +18,12 @@ the relay, identical. Then:
 - **relay**: ``python bench/bus_hop.py --relay URL hopB`` (bus_common.relay):
   the same hop in plain nats-py with the same guarantees and a window of 64.
 
-For each configuration (``--workers`` x ``--tracing``) and size (small ~270 B,
-realistic ~9.5 KB: 512 token ids + 512 log-probs), both paths get a warm-up
-batch, then ``--repeats`` rounds, alternating which path goes first. A round
-publishes ``--samples`` Samples (pre-encoded, unique ids, core publishes to
+For each size (small ~270 B, realistic ~9.5 KB: 512 token ids + 512
+log-probs) every path gets a warm-up batch, then ``--repeats`` rounds; each
+round visits every path (the relay and each ``--workers`` x ``--tracing``
+configuration) one after the other, starting with the next one each round and
+going backwards every other round, so that load from elsewhere on the machine
+hits all alike. A visit publishes ``--samples`` Samples (pre-encoded, unique ids, core publishes to
 the rollouts subject, which the ROLLOUTS stream stores) and times from the
 first publish until SCORED holds every Scored (polling its stream info); CPU
 is read from /proc for the path's process tree (role + pool workers, or the
@@ -29,8 +32,11 @@ is acked. This process (the publisher) is reported apart.
 
 ``--tracing``: ``off`` = trace_exporter "none"; ``full`` = "file"; ``sampled`` =
 "file" with ``observability.trace_sample_ratio = 0.1``, and 10% of the inputs'
-traceparents flagged sampled (the feeder's head decision, forwarded). The
-relay never traces. ``--profile DIR`` runs the role under cProfile.
+traceparents flagged sampled (the feeder's head decision, forwarded);
+``noop`` = "none" with ``OTEL_SDK_DISABLED=true`` in the role's environment, so
+the OpenTelemetry API hands out its no-op tracer: no span is even created
+(what an unsampled message could cost at best). The relay never traces.
+``--profile DIR`` runs each role under cProfile (its main thread only).
 
 Prints a Markdown table (medians over repeats) and appends one JSON line per
 configuration and size to ``bench/results/bus_hop.jsonl``. Linux only (/proc).
@@ -66,18 +72,24 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bus_hop.jsonl"
 RUN_A, RUN_B = "hopA", "hopB"
 WINDOW = 64
-TRACING = {"off": ("none", None, 1.0), "full": ("file", None, 1.0), "sampled": ("file", 0.1, 0.1)}
+# mode: (trace_exporter, trace_sample_ratio or None to leave it unset, share of inputs flagged sampled, role env)
+TRACING = {
+    "noop": ("none", None, 1.0, {"OTEL_SDK_DISABLED": "true"}),  # the SDK's no-op tracer: the floor
+    "off": ("none", None, 1.0, {}),
+    "sampled": ("file", 0.1, 0.1, {}),
+    "full": ("file", None, 1.0, {}),
+}
 
 
 class SampledTracingUnsupportedError(RuntimeError):
     """The project's config refuses ``observability.trace_sample_ratio`` (not added yet)."""
 
 
-def role_config(path: Path, url: str, workers: int, tracing: str) -> None:
-    exporter, ratio, _ = TRACING[tracing]
+def role_config(path: Path, run: str, url: str, workers: int, tracing: str) -> None:
+    exporter, ratio, _, _ = TRACING[tracing]
     obs = f'trace_exporter = "{exporter}"\n' + (f"trace_sample_ratio = {ratio}\n" if ratio is not None else "")
     path.write_text(
-        f'run = "{RUN_A}"\n[nats]\nurl = "{url}"\n'
+        f'run = "{run}"\n[nats]\nurl = "{url}"\n'
         f"[verify]\npool_size = {workers}\nconcurrency = {WINDOW}\nwarm_verifiers = []\n"
         f"[observability]\n{obs}"
     )
@@ -121,7 +133,7 @@ async def wait_for(pred, what: str, timeout_s: float, every_s: float = 0.01) -> 
 
 async def wait_warm(bus: Bus, workers: int, proc: subprocess.Popen, log: Path) -> None:
     """Until the role's heartbeat says running with every pool worker alive."""
-    sub = await bus.nc.subscribe(RunNames(RUN_A).status("verify"))
+    sub = await bus.nc.subscribe(bus.names.status("verify"))
     try:
         with anyio.fail_after(180):
             async for msg in sub.messages:
@@ -136,11 +148,10 @@ async def wait_warm(bus: Bus, workers: int, proc: subprocess.Popen, log: Path) -
             raise RuntimeError(f"the verify role exited with {proc.returncode}; see {log}")
 
 
-async def one_round(bus_by_run, run: str, tag: str, n: int, size: str, ratio: float, pids: list[int],
-                    server_pid: int) -> dict:
-    """Publish ``n`` samples to ``run`` and time them into SCORED; CPU by process group."""
-    bus: Bus = bus_by_run[run]
-    names = RunNames(run)
+async def one_round(bus: Bus, tag: str, n: int, size: str, ratio: float, pids: list[int], server_pid: int) -> dict:
+    """Publish ``n`` samples to ``bus``'s run and time them into SCORED; CPU by process group."""
+    names = bus.names
+    run = names.run
     payloads = samples(run, tag, n, size, ratio, seed=zlib.crc32(tag.encode()))
     scored_stream = names.stream("SCORED")
 
@@ -176,53 +187,58 @@ async def _ge(value, target: int) -> bool:
 
 
 async def bench(args: argparse.Namespace, srv: NatsServer, tmp: Path) -> list[dict]:
-    buses = {run: await Bus.connect(NatsConfig(url=srv.url), BusConfig(), RunNames(run), "bench")
-             for run in (RUN_A, RUN_B)}
+    """Every configuration's role and the relay stay up, each on its own run, so
+    that every round visits all of them in turn (load drift hits all alike)."""
+    confs = [(w, t) for w in args.workers for t in args.tracing]
+    runs = [RUN_B] + [f"{RUN_A}-w{w}-{t}" for w, t in confs]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    relay_proc = role = None
+    buses: dict[str, Bus] = {}
+    procs: dict[str, subprocess.Popen] = {}
     out = []
     try:
-        for bus in buses.values():
-            await bus.ensure_topology()
+        for run in runs:
+            buses[run] = await Bus.connect(NatsConfig(url=srv.url), BusConfig(), RunNames(run), "bench")
+            await buses[run].ensure_topology()
         relay_log = tmp / "relay.log"
-        relay_proc = start([sys.executable, str(Path(__file__).resolve()), "--relay", srv.url, RUN_B], relay_log, env)
+        procs[RUN_B] = start([sys.executable, str(Path(__file__).resolve()), "--relay", srv.url, RUN_B], relay_log, env)
+        for run, (workers, tracing) in zip(runs[1:], confs, strict=True):
+            conf = run.removeprefix(f"{RUN_A}-")
+            cfg, log = tmp / f"{conf}.toml", tmp / f"{conf}.log"
+            role_config(cfg, run, srv.url, workers, tracing)
+            prefix = ["-m", "cProfile", "-o", str(Path(args.profile).resolve() / f"verify-{conf}.prof")] \
+                if args.profile else []
+            argv = [sys.executable, *prefix, "-m", "rlvr.actors.cli", "--role", "verify", "--config", str(cfg),
+                    "--replica", f"bench-{conf}"]
+            procs[run] = start(argv, log, {**env, **TRACING[tracing][3], "RLVR_RUN_DIR": str(tmp / conf)})
         await wait_for(lambda: _has(relay_log, "ready"), "the raw relay binding its consumer", 60, every_s=0.05)
-        for workers in args.workers:
-            for tracing in args.tracing:
-                conf = f"w{workers}-{tracing}"
-                cfg, log, run_dir = tmp / f"{conf}.toml", tmp / f"{conf}.log", tmp / conf
-                role_config(cfg, srv.url, workers, tracing)
-                prefix = ["-m", "cProfile", "-o", str(Path(args.profile).resolve() / f"verify-{conf}.prof")] \
-                    if args.profile else []
-                argv = [sys.executable, *prefix, "-m", "rlvr.actors.cli", "--role", "verify", "--config", str(cfg),
-                        "--replica", f"bench-{conf}"]
-                role = start(argv, log, {**env, "RLVR_RUN_DIR": str(run_dir)})
-                await wait_warm(buses[RUN_A], workers, role, log)
-                ratio = TRACING[tracing][2]
-                pids = {RUN_A: [role.pid], RUN_B: [relay_proc.pid]}
-                handled = 0
-                for size in args.sizes:
-                    for run in (RUN_A, RUN_B):  # warm-up, not counted
-                        await one_round(buses, run, f"{conf}-{size}-warm{run[-1]}", args.warmup, size, ratio,
-                                        pids[run], srv.proc.pid)
-                    rounds: dict[str, list[dict]] = {RUN_A: [], RUN_B: []}
-                    for r in range(args.repeats):
-                        for run in (RUN_A, RUN_B) if r % 2 == 0 else (RUN_B, RUN_A):
-                            res = await one_round(buses, run, f"{conf}-{size}-r{r}{run[-1]}", args.samples, size,
-                                                  ratio, pids[run], srv.proc.pid)
-                            rounds[run].append(res)
-                            print(f"  {conf} {size:9} round {r} {'project' if run == RUN_A else 'relay  '}: "
-                                  f"{res['msg_s']:7.0f} msg/s, {res['cpu_ms_per_msg']:.3f} CPU ms/msg", flush=True)
-                    handled += args.warmup + args.samples * args.repeats
-                    out.append(summary(workers, tracing, size, rounds))
-                stop(role)
-                role = None
-                traces = sum(f.stat().st_size for f in run_dir.rglob("*.jsonl")) if run_dir.exists() else 0
-                for row in out[-len(args.sizes):]:
-                    row["trace_bytes_per_msg_all_sizes"] = round(traces / handled, 1)
+        for run, (workers, _) in zip(runs[1:], confs, strict=True):
+            await wait_warm(buses[run], workers, procs[run], tmp / f"{run.removeprefix(RUN_A + '-')}.log")
+        share = {RUN_B: 1.0, **{run: TRACING[t][2] for run, (_, t) in zip(runs[1:], confs, strict=True)}}
+        for size in args.sizes:
+            rounds: dict[str, list[dict]] = {run: [] for run in runs}
+            for run in runs:  # warm-up, not counted
+                await one_round(buses[run], f"{size}-warm", args.warmup, size, share[run], [procs[run].pid],
+                                srv.proc.pid)
+            for r in range(args.repeats):
+                # Each round starts with the next path, and every other round goes backwards.
+                order = runs[r % len(runs):] + runs[: r % len(runs)]
+                for run in order if r % 2 == 0 else order[::-1]:
+                    res = await one_round(buses[run], f"{size}-r{r}", args.samples, size, share[run],
+                                          [procs[run].pid], srv.proc.pid)
+                    rounds[run].append(res)
+                    print(f"  {size:9} round {r} {run:16}: {res['msg_s']:7.0f} msg/s, "
+                          f"{res['cpu_ms_per_msg']:.3f} CPU ms/msg", flush=True)
+            for run, (workers, tracing) in zip(runs[1:], confs, strict=True):
+                out.append(summary(workers, tracing, size, rounds[run], rounds[RUN_B]))
+        for run in runs[1:]:
+            stop(procs.pop(run))  # traces are flushed on a clean stop
+        handled = (args.warmup + args.samples * args.repeats) * len(args.sizes)
+        for row in out:
+            traces = sum(f.stat().st_size for f in (tmp / f"w{row['workers']}-{row['tracing']}").rglob("*.jsonl"))
+            row["trace_bytes_per_msg"] = round(traces / handled, 1)
     finally:
-        stop(role)
-        stop(relay_proc)
+        for proc in procs.values():
+            stop(proc)
         for bus in buses.values():
             await bus.close()
     return out
@@ -232,7 +248,9 @@ async def _has(path: Path, text: str) -> bool:
     return path.exists() and text in path.read_text(errors="replace")
 
 
-def summary(workers: int, tracing: str, size: str, rounds: dict[str, list[dict]]) -> dict:
+def summary(workers: int, tracing: str, size: str, project: list[dict], relayed: list[dict]) -> dict:
+    rounds = {RUN_A: project, RUN_B: relayed}
+
     def med(run: str, key: str) -> float:
         return statistics.median(r[key] for r in rounds[run])
 
@@ -257,7 +275,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['size']} | {r['workers']} | {r['tracing']} | {r['relay_msg_s']:,.0f} | {r['project_msg_s']:,.0f} | "
             f"**{r['ratio']:.2f}x** | {r['relay_cpu_ms_per_msg']:.2f} | {r['project_cpu_ms_per_msg']:.2f} "
             f"({r['project_path_cpu_ms_per_msg']:.2f} / {r['project_server_cpu_ms_per_msg']:.2f}) | "
-            f"{r.get('trace_bytes_per_msg_all_sizes', 0):,.0f} |")
+            f"{r.get('trace_bytes_per_msg', 0):,.0f} |")
     return "\n".join(lines)
 
 
@@ -293,7 +311,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=200, help="samples per path before the rounds")
     ap.add_argument("--sizes", type=_csv(str, SIZES), default=list(SIZES))
     ap.add_argument("--workers", type=_csv(int), default=[1], help="pool sizes, e.g. 1,2")
-    ap.add_argument("--tracing", type=_csv(str, TRACING), default=["off"], help="off, sampled, full (comma list)")
+    ap.add_argument("--tracing", type=_csv(str, TRACING), default=["off"], help="noop, off, sampled, full (comma list)")
     ap.add_argument("--profile", help="run the role under cProfile, writing DIR/verify-<config>.prof")
     ap.add_argument("--keep", help="work in DIR and keep it (role logs, traces, nats store) instead of a temp dir")
     ap.add_argument("--label", default="", help="free text recorded with the results (e.g. baseline)")
@@ -309,7 +327,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:  # a refused config fails before anything starts
             for tracing in args.tracing:
-                role_config(Path(tmp) / "check.toml", "nats://127.0.0.1:4222", 1, tracing)
+                role_config(Path(tmp) / "check.toml", RUN_A, "nats://127.0.0.1:4222", 1, tracing)
         with _workdir(args.keep) as tmp, NatsServer(Path(tmp) / "nats") as srv:
             try:
                 rows = anyio.run(bench, args, srv, Path(tmp))
