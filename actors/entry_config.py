@@ -25,6 +25,7 @@ from rlvr.actors.config import (
 )
 from rlvr.learner.config import LearnConfig
 from rlvr.rollout.config import RolloutConfig
+from rlvr.rollout.engines.base import VLLMEngineConfig
 from rlvr.verify.config import VerifyConfig
 
 
@@ -55,6 +56,17 @@ class Config(SharedSections, frozen=True, forbid_unknown_fields=True):
     learn: LearnConfig = LearnConfig()
     # `rlvr-actor up` only: run directory, replica counts and the display.
     up: UpConfig = UpConfig()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # A LoRA learner publishes adapters only: a vLLM rollout must be started able to serve them.
+        lora, engine = self.learn.engine.lora if self.learn.engine else None, self.rollout.engine
+        if lora is not None and lora.enabled and isinstance(engine, VLLMEngineConfig):
+            if engine.max_lora_rank is None or engine.max_lora_rank < lora.rank:
+                raise msgspec.ValidationError(
+                    f"learn.engine.lora.rank = {lora.rank} needs rollout.engine.max_lora_rank >= {lora.rank} "
+                    f"(one of 8, 16, 32, 64...), got {engine.max_lora_rank} - at `$.rollout.engine.max_lora_rank`"
+                )
 
 
 def load_config(path: str | Path | None, *, overrides: dict | None = None) -> Config:

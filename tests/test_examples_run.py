@@ -23,7 +23,7 @@ import pytest
 from rlvr.actors.entry_config import load_config
 from tests.conftest import REPO
 
-CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml"]
+CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml", "smollm2_lora.toml"]
 
 
 @pytest.fixture(scope="module")

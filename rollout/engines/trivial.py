@@ -93,6 +93,9 @@ class TrivialEngine:
             verify_weight_files(pathlib.Path(directory), files)
         self.weights_version = version
 
+    # A LoRA adapter changes nothing here either: only the version is followed.
+    load_adapter = load_weights
+
     async def close(self) -> None:
         return None
 
