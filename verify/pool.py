@@ -12,13 +12,22 @@ an idle worker process and waits at most ``timeout_s`` of wall-clock time:
 Neither is ever reported as ``wrong``. At most ``size`` verifications run at
 once, and the pool returns to full size after every kill.
 
+Calls are batched: ``verify`` queues its call, and a dispatcher hands every
+call waiting (split evenly over the idle workers, at most ``max_batch``) to
+an idle worker as one framed request (``rlvr.verify.pool_worker``). The
+worker answers each call on its own, and each call gets its own
+``timeout_s``, counted from the previous call's answer. On a timeout or a
+death only that call gets the verdict; the worker is killed and the calls
+after it in the batch, which never ran, go back to the front of the queue.
+One request per batch instead of one per sample is most of the IPC cost of
+a cheap verifier (bench/bus_hop.py).
+
 Why not ``anyio.to_process``: its workers are shared by everything in the
 event loop, spawned lazily, pruned when idle and capped by one global
 limiter, so neither the pool size nor a warm (sympy already imported) worker
-could be guaranteed. Here each worker is ``python -c worker_main()`` started
-with ``anyio.open_process`` in its own session, talking length-prefixed
-msgpack over its stdin/stdout pipes (its fd 0/1 are re-pointed at /dev/null so
-a stray print cannot corrupt the channel).
+could be guaranteed. Here each worker is started with ``anyio.open_process``
+in its own session, talking length-prefixed msgpack over its stdin/stdout
+pipes (``rlvr.verify.pool_worker``).
 
 Not covered here: which verifier does what (``rlvr.verify.registry``), NATS
 (the verifier actor), sandboxing untrusted code (``rlvr.verify.sandbox``).
@@ -40,110 +49,26 @@ import msgspec
 from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from rlvr.actors.lifeline import die_with_parent
 from rlvr.protocol.samples import OUTCOMES, Verdict
 from rlvr.protocol.tasks import VerifierSpec
 from rlvr.verify.config import VerifyConfig
-from rlvr.verify.registry import VerifierPluginError, VerifyContext, get, load_plugins, resolve, warm_up
+from rlvr.verify.pool_worker import (
+    WORKER_COMMAND,
+    WorkerCall,
+    WorkerInit,
+    WorkerReply,
+    batch_payload,
+    encoder,
+    frame,
+    reply_decoder,
+)
+from rlvr.verify.registry import VerifyContext, get, load_plugins, resolve
 from rlvr.verify.registry import plugins as loaded_plugins
 
 
 
 class WorkerStartError(RuntimeError):
     """A worker process could not be started or did not become ready in time."""
-
-
-class _Init(msgspec.Struct, array_like=True):
-    sys_path: list[str]
-    warm: list[str]
-    preload: list[str]
-    # [verify] plugins: loaded in each worker as in the parent, never named by a message.
-    plugins: list[str] = []
-
-
-class _Call(msgspec.Struct, array_like=True):
-    name: str
-    params: dict[str, Any]
-    completion: str
-    ctx: VerifyContext
-
-
-class _Reply(msgspec.Struct, array_like=True, omit_defaults=True):
-    verdict: Verdict | None = None
-    error: str = ""  # "Type: message" of an exception raised by the verifier
-    recycle: bool = False  # the worker should be replaced (MemoryError)
-
-
-_encoder = msgspec.msgpack.Encoder()
-_reply_decoder = msgspec.msgpack.Decoder(_Reply)
-
-
-def _frame(payload: bytes) -> bytes:
-    return len(payload).to_bytes(4, "big") + payload
-
-
-# ---------------------------------------------------------------- worker side
-
-
-def _read_exactly(f, n: int) -> bytes | None:
-    data = f.read(n)
-    return data if len(data) == n else None
-
-
-def worker_main() -> None:
-    """Entry point of a worker process (``python -c``); serves calls until EOF."""
-    die_with_parent(signal.SIGKILL)
-    rfile = open(os.dup(0), "rb")
-    wfile = open(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-
-    def send(payload: bytes) -> None:
-        wfile.write(_frame(payload))
-        wfile.flush()
-
-    def receive() -> bytes | None:
-        head = _read_exactly(rfile, 4)
-        return None if head is None else _read_exactly(rfile, int.from_bytes(head, "big"))
-
-    raw = receive()
-    if raw is None:
-        return
-    init = msgspec.msgpack.decode(raw, type=_Init)
-    sys.path[:] = init.sys_path
-    problems = []
-    for module in init.preload:
-        try:
-            __import__(module)
-        except Exception as e:  # noqa: BLE001 - reported, the worker still serves
-            problems.append(f"preload of {module!r} failed: {type(e).__name__}: {e}")
-    try:
-        load_plugins(init.plugins)
-    except VerifierPluginError as e:  # the parent loaded them already; reported, not fatal
-        problems.append(str(e))
-    problems += warm_up(init.warm)
-    for problem in problems:
-        print(f"rlvr verifier worker {os.getpid()}: {problem}", file=sys.stderr, flush=True)
-    send(b"READY")
-
-    decoder = msgspec.msgpack.Decoder(_Call)
-    while (raw := receive()) is not None:
-        call = decoder.decode(raw)
-        try:
-            bound = resolve(VerifierSpec(name=call.name, params=call.params))
-            reply = _Reply(verdict=bound(call.completion, call.ctx))
-        except MemoryError:
-            reply = _Reply(error="MemoryError: out of memory", recycle=True)
-        except Exception as e:  # noqa: BLE001 - a verifier fault is a sandbox_error verdict
-            reply = _Reply(error=f"{type(e).__name__}: {e}"[:2000])
-        send(_encoder.encode(reply))
-
-
-_WORKER_COMMAND = "from rlvr.verify.pool import worker_main; worker_main()"
-
-
-# ---------------------------------------------------------------- pool side
 
 
 class _Worker:
@@ -153,10 +78,16 @@ class _Worker:
         self.stdout = BufferedByteReceiveStream(process.stdout)
         self.calls = 0
 
-    async def request(self, payload: bytes) -> bytes:
-        await self.stdin.send(_frame(payload))
+    async def send(self, payload: bytes) -> None:
+        await self.stdin.send(frame(payload))
+
+    async def receive(self) -> bytes:
         head = await self.stdout.receive_exactly(4)
         return await self.stdout.receive_exactly(int.from_bytes(head, "big"))
+
+    async def request(self, payload: bytes) -> bytes:
+        await self.send(payload)
+        return await self.receive()
 
     def kill(self) -> None:
         # The worker leads its own session: kill everything it started too.
@@ -185,6 +116,26 @@ class _Worker:
         return "worker stopped answering"
 
 
+class _Pending:
+    """One queued verification and, once answered, its verdict."""
+
+    __slots__ = ("abandoned", "done", "error", "name", "payload", "running", "verdict")
+
+    def __init__(self, name: str, payload: bytes) -> None:
+        self.name = name
+        self.payload = payload  # an encoded WorkerCall
+        self.done = anyio.Event()
+        self.verdict: Verdict | None = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+        # While a worker runs it: the wait for its answer, and that worker.
+        self.running: tuple[anyio.CancelScope, _Worker] | None = None
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
 _IO_ERRORS = (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
 
@@ -210,6 +161,7 @@ class VerifierPool:
         start_timeout_s: float = 120.0,
         max_tasks_per_worker: int = 0,
         latency_window: int = 4096,
+        max_batch: int = 32,
     ) -> None:
         if size < 1 or timeout_s <= 0:
             raise ValueError("VerifierPool needs size >= 1 and timeout_s > 0")
@@ -219,8 +171,8 @@ class VerifierPool:
         self.error_reward = error_reward
         # Plug-ins given here, and those this process loaded already (the verifier actor's).
         self._plugins = tuple(sorted({*plugins, *loaded_plugins()}))
-        self._init = _encoder.encode(
-            _Init(sys_path=list(sys.path), warm=list(warm), preload=list(preload), plugins=list(self._plugins))
+        self._init = encoder.encode(
+            WorkerInit(sys_path=list(sys.path), warm=list(warm), preload=list(preload), plugins=list(self._plugins))
         )
         self._warm = tuple(warm)
         self._start_timeout_s = start_timeout_s
@@ -229,11 +181,15 @@ class VerifierPool:
         self._outcomes: Counter[str] = Counter()
         self._alive: set[_Worker] = set()
         self._busy = 0
-        self._waiting = 0
         self._restarts = 0
         self._full = anyio.Event()
         self._tg: TaskGroup | None = None
         self._idle_send, self._idle_recv = anyio.create_memory_object_stream[_Worker](size)
+        self._max_batch = max(1, max_batch)
+        self._queue: deque[_Pending] = deque()  # calls waiting for a worker, oldest first
+        self._queued = anyio.Event()  # set when a call is queued; wakes the dispatcher
+        self._closed = False
+        self._batches = 0  # requests sent to workers (each holds one or more calls)
 
     @classmethod
     def from_config(cls, cfg: VerifyConfig) -> VerifierPool:
@@ -267,6 +223,7 @@ class VerifierPool:
             if isinstance(e, BaseExceptionGroup) and e.subgroup(WorkerStartError) is not None:
                 raise _first_leaf(e) from None
             raise
+        self._tg.start_soon(self._dispatch)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -282,16 +239,20 @@ class VerifierPool:
                     for worker in self._alive:
                         tg.start_soon(worker.close, 2.0)
                 self._alive.clear()
-            # A verify() after exit fails (ClosedResourceError) instead of waiting forever.
+            # A verify() after exit, or still queued, fails (ClosedResourceError)
+            # instead of waiting forever.
+            self._closed = True
             self._idle_send.close()
             self._idle_recv.close()
+            while self._queue:
+                self._queue.popleft().fail(anyio.ClosedResourceError("the verifier pool is closed"))
 
     async def _spawn(self) -> _Worker:
         env = worker_env(os.environ)
         try:
             process = await anyio.open_process(
                 # -P: no working directory on sys.path, so no file lying there shadows rlvr.
-                [sys.executable, *(("-P",) if sys.version_info >= (3, 11) else ()), "-c", _WORKER_COMMAND],
+                [sys.executable, *(("-P",) if sys.version_info >= (3, 11) else ()), "-c", WORKER_COMMAND],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=None,
@@ -338,7 +299,10 @@ class VerifierPool:
                 delay = min(delay * 2, 30.0)
 
     def _discard(self, worker: _Worker) -> None:
-        """Kill ``worker`` now; close it and start its replacement in the background."""
+        """Kill ``worker`` now; close it and start its replacement in the background.
+        Once per worker: a worker already discarded (or the pool closed) is left alone."""
+        if worker not in self._alive:
+            return
         worker.kill()
         self._alive.discard(worker)
         if self._full.is_set():
@@ -365,55 +329,118 @@ class VerifierPool:
         or bad params. Timeouts and crashes come back as verdicts.
         """
         resolve(spec)
+        if self._closed:
+            raise anyio.ClosedResourceError("the verifier pool is closed")
         ctx = msgspec.structs.replace(ctx or VerifyContext(), budget_s=self.timeout_s)
-        payload = _encoder.encode(_Call(spec.name, dict(spec.params), completion, ctx))
-        self._waiting += 1
+        call = _Pending(spec.name, encoder.encode(WorkerCall(spec.name, dict(spec.params), completion, ctx)))
+        self._queue.append(call)
+        self._queued.set()
         try:
+            await call.done.wait()
+        except BaseException:
+            # Cancelled: the dispatcher skips the call; if a worker is on it
+            # now, that worker is stopped and replaced (it would go on for up
+            # to timeout_s on work nobody wants).
+            call.abandoned = True
+            if call.running is not None:
+                call.running[0].cancel()
+                self._discard(call.running[1])  # now: the caller may count on it being gone
+            raise
+        if call.error is not None:
+            raise call.error
+        assert call.verdict is not None
+        return call.verdict
+
+    async def _dispatch(self) -> None:
+        """Hand the queued calls to idle workers, one batch per worker."""
+        while True:
+            while not self._queue:
+                self._queued = anyio.Event()
+                await self._queued.wait()
             worker = await self._idle_recv.receive()
-        finally:
-            self._waiting -= 1
-        self._busy += 1
-        started = anyio.current_time()
-        keep = False
-        try:
-            with anyio.move_on_after(self.timeout_s) as scope:
-                try:
-                    raw = await worker.request(payload)
-                except _IO_ERRORS:
-                    raw = None
-            elapsed = anyio.current_time() - started
-            if scope.cancelled_caught:
-                verdict = Verdict(
-                    reward=self.timeout_reward,
-                    outcome="timeout",
-                    verifier=spec.name,
-                    latency_s=elapsed,
-                    detail=f"no verdict within {self.timeout_s}s; worker killed",
-                )
-            elif raw is None:
-                verdict = self._error(spec.name, elapsed, await worker.death_cause())
+            # Spread what is waiting over the idle workers (this one included).
+            idle = 1 + self._idle_recv.statistics().current_buffer_used
+            share = min(self._max_batch, max(1, math.ceil(len(self._queue) / idle)))
+            batch: list[_Pending] = []
+            while self._queue and len(batch) < share:
+                call = self._queue.popleft()
+                if not call.abandoned:
+                    batch.append(call)
+            if batch:
+                self._busy += 1
+                self._batches += 1
+                assert self._tg is not None
+                self._tg.start_soon(self._run_batch, worker, batch)
             else:
+                self._idle_send.send_nowait(worker)
+
+    async def _run_batch(self, worker: _Worker, batch: list[_Pending]) -> None:
+        keep = False
+        done = 0
+        try:
+            await worker.send(batch_payload([c.payload for c in batch]))
+            keep = True
+            for call in batch:
+                started = anyio.current_time()
+                with anyio.move_on_after(self.timeout_s) as scope:
+                    call.running = (scope, worker)
+                    try:
+                        raw = await worker.receive()
+                    except _IO_ERRORS:
+                        raw = None
+                call.running = None
+                elapsed = anyio.current_time() - started
+                done += 1
+                if call.abandoned and scope.cancelled_caught:
+                    keep = False  # its caller gave up mid-call (see verify)
+                    break
+                if scope.cancelled_caught:
+                    keep = False
+                    self._finish(call, Verdict(
+                        reward=self.timeout_reward,
+                        outcome="timeout",
+                        verifier=call.name,
+                        latency_s=elapsed,
+                        detail=f"no verdict within {self.timeout_s}s; worker killed",
+                    ), elapsed)
+                    break
+                if raw is None:
+                    keep = False
+                    self._finish(call, self._error(call.name, elapsed, await worker.death_cause()), elapsed)
+                    break
                 try:
-                    reply = _reply_decoder.decode(raw)
+                    reply = reply_decoder.decode(raw)
                 except msgspec.ValidationError as e:  # e.g. an outcome outside the Literal
-                    reply = _Reply(error=f"an invalid Verdict: {e}")
+                    reply = WorkerReply(error=f"an invalid Verdict: {e}")
                 worker.calls += 1
-                keep = not reply.recycle and not (self._max_tasks and worker.calls >= self._max_tasks)
                 if reply.verdict is None:
-                    verdict = self._error(spec.name, elapsed, f"verifier raised {reply.error}")
+                    verdict = self._error(call.name, elapsed, f"verifier raised {reply.error}")
                 else:
-                    verdict = msgspec.structs.replace(reply.verdict, verifier=spec.name, latency_s=elapsed)
+                    verdict = msgspec.structs.replace(reply.verdict, verifier=call.name, latency_s=elapsed)
+                self._finish(call, verdict, elapsed)
+                if reply.recycle or (self._max_tasks and worker.calls >= self._max_tasks):
+                    keep = False
+                    break
+        except _IO_ERRORS:  # the send failed: the worker is gone; nothing of the batch ran
+            keep = False
         finally:
-            # Whatever happened (also our own cancellation mid-call) a worker
-            # that did not answer cleanly is in an unknown state: replace it.
+            # Calls the worker never answered go back to the front, in order.
+            self._queue.extendleft(reversed(batch[done:]))
+            if done < len(batch):
+                self._queued.set()
+            # A worker that did not answer every call cleanly (also our own
+            # cancellation mid-batch) is in an unknown state: replace it.
             self._busy -= 1
             if keep:
                 self._idle_send.send_nowait(worker)
             else:
                 self._discard(worker)
+
+    def _finish(self, call: _Pending, verdict: Verdict, elapsed: float) -> None:
+        call.verdict = verdict
+        call.done.set()
         self._outcomes[verdict.outcome] += 1
         self._latencies.append(elapsed)
-        return verdict
 
     def _error(self, name: str, elapsed: float, detail: str) -> Verdict:
         return Verdict(
@@ -429,8 +456,9 @@ class VerifierPool:
             "pool_size": float(self.size),
             "workers_alive": float(len(self._alive)),
             "workers_busy": float(self._busy),
-            "waiting": float(self._waiting),
+            "waiting": float(sum(not c.abandoned for c in self._queue)),
             "worker_restarts": float(self._restarts),
+            "batches": float(self._batches),
             "verified": float(sum(self._outcomes.values())),
             "latency_p50_s": _quantile(lat, 0.50),
             "latency_p99_s": _quantile(lat, 0.99),
@@ -477,4 +505,4 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-__all__ = ["VerifierPool", "WorkerStartError", "worker_env", "worker_main"]
+__all__ = ["VerifierPool", "WorkerStartError", "worker_env"]

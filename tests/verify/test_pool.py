@@ -314,3 +314,47 @@ def test_code_runs_through_the_pool_with_the_context_sandbox():
     half, none = run_with_pool(body, size=1, timeout_s=30.0)
     assert (half.reward, half.outcome, half.components["tests_passed"]) == (0.5, "wrong", 1.0)
     assert (none.reward, none.outcome) == (0.0, "wrong")
+
+
+def test_calls_waiting_together_go_to_a_worker_as_one_batch():
+    async def body(pool):
+        results = []
+
+        async def one(i):
+            results.append(await pool.verify(spec("PID"), f"x{i}"))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(one, i)
+        return results, pool.stats()
+
+    results, stats = run_with_pool(body, size=1)
+    assert [v.outcome for v in results] == ["ok"] * 12
+    assert stats["verified"] == 12.0
+    assert stats["batches"] < 12.0  # queued while the worker was busy: sent together
+
+
+def test_a_hang_inside_a_batch_times_out_alone_and_the_calls_after_it_still_run():
+    """Each call of a batch has its own timeout_s; the calls queued behind a
+    hung one never ran, so they go to the replacement worker, not to timeout."""
+
+    async def body(pool):
+        results = {}
+
+        async def one(key, name):
+            results[key] = await pool.verify(spec(name), "x")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "first", "PID")  # one batch: first, hang, after0..3
+            tg.start_soon(one, "hang", "SLEEP")
+            for i in range(4):
+                tg.start_soon(one, f"after{i}", "PID")
+        return results, pool.stats()
+
+    results, stats = run_with_pool(body, size=1, timeout_s=1.0)
+    assert results.pop("hang").outcome == "timeout"
+    assert {k: v.outcome for k, v in results.items()} == {k: "ok" for k in results}
+    assert len(results) == 5
+    assert stats["worker_restarts"] == 1.0
+    assert stats["outcome_timeout"] == 1.0
+    assert stats["batches"] == 2.0  # the calls after the hang went again, together
