@@ -53,6 +53,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = Path(str(item.fspath)).resolve().relative_to(REPO).as_posix()
         if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu and not _cuda_available():  # GPU checks (tests/gpu, bench/gpu_check.sh) skip cleanly on CPU
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 @pytest.fixture

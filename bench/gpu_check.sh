@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# GPU readiness check on one CUDA machine with no network access.
+#
+#   bench/gpu_check.sh              # the checks; PASS/FAIL per check with tokens/s and peak memory
+#   bench/gpu_check.sh --dry-run    # on a CPU: builds a 1-layer stand-in model, collects the checks
+#                                   # (they skip without CUDA) and prints the table of what would run
+#
+# What it checks (tests/gpu/test_gpu_check.py, marker `gpu`), on a random-init
+# model of Qwen2.5-0.5B's shape built from a config (tests/gpu/qwen_shape.py):
+#   - the learner on DeepSpeed ZeRO-2 and ZeRO-3, full parameters and LoRA (bf16,
+#     gradient checkpointing): tokens/s and peak GPU memory;
+#   - vLLM's log-probs against the learner's (<= 0.01, float32) after a weight
+#     reload of each kind: full weights (reload_weights) and a LoRA adapter
+#     (a LoRARequest per version): reload seconds, bytes, tokens/s;
+#   - a few steps of `rlvr-actor up` with examples/gpu_qwen.toml pointed at the model.
+#
+# Environment: PYTHON (default .venv/bin/python), OUT (default runs/gpu_check),
+# RLVR_GPU_MODEL (a model folder to reuse instead of building one).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+OUT=${OUT:-runs/gpu_check}
+DRY=0
+[[ "${1:-}" == "--dry-run" ]] && DRY=1
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
+
+layers=24
+[[ $DRY == 1 ]] && layers=1
+MODEL=${RLVR_GPU_MODEL:-$OUT/qwen05b-shaped-l$layers}
+if [[ ! -f "$MODEL/config.json" ]]; then
+  echo "building a random Qwen2.5-0.5B-shaped model ($layers layers) in $MODEL"
+  "$PY" -m tests.gpu.qwen_shape "$MODEL" --layers "$layers" >/dev/null || { echo "FAIL model build"; exit 1; }
+fi
+export RLVR_GPU_MODEL=$MODEL
+
+if [[ $DRY == 1 ]]; then
+  "$PY" - "$MODEL" <<'EOF' || exit 1
+import sys
+from transformers import AutoConfig, AutoTokenizer
+cfg, tok = AutoConfig.from_pretrained(sys.argv[1]), AutoTokenizer.from_pretrained(sys.argv[1])
+assert cfg.vocab_size == len(tok) == 151936, (cfg.vocab_size, len(tok))
+print(f"model ok: vocab {cfg.vocab_size}, hidden {cfg.hidden_size}, layers {cfg.num_hidden_layers}")
+EOF
+  "$PY" -m pytest -q -m gpu tests/gpu --collect-only -p no:cacheprovider | grep "::" | sed 's/^/would run: /'
+  "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider -rs | tail -3
+  exit 0
+fi
+
+"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+  || { echo "FAIL no CUDA device (use --dry-run on a CPU)"; exit 1; }
+"$PY" -m pytest -m gpu tests/gpu -s -p no:cacheprovider --junitxml="$OUT/gpu_check.xml" \
+  -o junit_logging=system-out 2>&1 | tee "$OUT/gpu_check.log"
+"$PY" - "$OUT/gpu_check.xml" <<'EOF'
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+failed = 0
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    name = case.get("name")
+    bad = case.find("failure") is not None or case.find("error") is not None
+    skipped = case.find("skipped") is not None
+    out = case.findtext("system-out") or ""
+    figures = " | ".join(m.group(1) for m in re.finditer(r"^GPUCHECK (.*)$", out, re.M))
+    status = "SKIP" if skipped else "FAIL" if bad else "PASS"
+    failed += status == "FAIL"
+    print(f"{status:4} {name:60} {figures}")
+sys.exit(1 if failed else 0)
+EOF
