@@ -122,6 +122,15 @@ class TrainEngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # LoRA: train adapters on a frozen base and publish only them (enabled = false: full parameters).
     lora: LoraConfig = LoraConfig()
 
+    def __post_init__(self) -> None:
+        if self.lora.enabled and self.zero_stage == 3:
+            # The chunked log-prob head (token_logprobs.py) recomputes the output head under
+            # activation checkpointing; ZeRO-3 leaves a *frozen* head partitioned at that point.
+            raise ValueError(
+                "lora.enabled with zero_stage = 3 is not supported yet (the frozen output head is still "
+                "partitioned when the log-prob chunks are recomputed); use zero_stage = 2 for LoRA"
+            )
+
 
 __all__ = [
     "ConstantSchedule", "CosineSchedule", "TrainEngineConfig", "ExportDtype", "LoraConfig", "OptimizerConfig", "Schedule",

@@ -70,8 +70,11 @@ def _learner(model: Path, zero_stage: int, lora: bool, **extra: Any):
     return engine
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-@pytest.mark.parametrize("zero_stage", [2, 3])
+ZERO3_LORA = pytest.mark.xfail(reason="LoRA under ZeRO-3 is refused by the config for now (learner/engine_config.py)")
+
+
+@pytest.mark.parametrize(("zero_stage", "lora"), [(2, False), (2, True), (3, False), pytest.param(3, True, marks=ZERO3_LORA)],
+                         ids=["2-full", "2-lora", "3-full", "3-lora"])
 def test_learner_trains_under_zero(qwen, zero_stage, lora):
     import torch
 

@@ -95,3 +95,12 @@ def test_qlora_on_cpu_is_refused_naming_the_key(model_dir):
 def test_target_modules_missing_from_the_model_are_refused_naming_the_key(model_dir):
     with pytest.raises(LoraConfigError, match="learn.engine.lora.target_modules"):
         make_engine(model_dir, lora=LoraConfig(enabled=True, target_modules=("no_such_proj",)))
+
+
+def test_lora_under_zero3_is_refused_naming_the_keys():
+    import msgspec
+
+    from rlvr.learner.engine_config import TrainEngineConfig
+
+    with pytest.raises(msgspec.ValidationError, match="lora.enabled with zero_stage = 3"):
+        msgspec.convert({"model_path": "m", "zero_stage": 3, "lora": {"enabled": True}}, TrainEngineConfig)
