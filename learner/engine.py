@@ -42,6 +42,7 @@ from rlvr.actors.logs import get_logger
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
 from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
+from rlvr.learner.flops import throughput_metrics
 from rlvr.learner.lora import base_load_kwargs, merged_state_dict, trainable_parameters, with_lora, write_adapter
 from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
 from rlvr.learner.token_logprobs import token_logprobs
@@ -300,6 +301,9 @@ class LearnerEngine:
             "response_tokens": float(sum(int(mb.loss_mask.sum()) for mb in mbs)),
             "step_time_s": elapsed,
             "tokens_per_s": tokens / max(elapsed, 1e-9),
+            # Model TFLOP/s (6N + attention per token) and, for bf16 on a known GPU, MFU: learner/flops.py.
+            **throughput_metrics(self.ds.module, [mb.attention_mask for mb in mbs], elapsed, self._device,
+                                 bf16=self.cfg.bf16),
             "step_skipped": 1.0 if skip else 0.0,
             **{f"skipped_steps_{k}": float(v) for k, v in self.skipped_steps.items()},
         }
