@@ -13,6 +13,7 @@ Cost per message is kept small, because every hop of every trajectory pays it:
   decides once, every later hop follows the ``traceparent`` flag
   (``ParentBased``), so a trajectory is traced whole or not at all and an
   unsampled one only pays for a non-recording span;
+- exporter "none" installs no SDK provider (``make_provider``);
 - the tracer is made once per process (``tracer()``), not per message;
 - the file exporter writes each exported batch with one ``write`` (spans are
   batched by ``BatchSpanProcessor``), not one line-buffered write per span.
@@ -79,16 +80,25 @@ class JsonLinesExporter(SpanExporter):
         self._out.close()
 
 
-def setup_tracing(
+def make_provider(
     *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path, sample_ratio: float = 1.0
-) -> None:
-    """Install the global tracer provider for this process (once)."""
-    global _provider
+) -> TracerProvider | None:
+    """The tracer provider a process with these settings uses; None when it
+    has nothing to export (exporter "none" and no OTLP endpoint).
+
+    With no provider, the API's no-op tracer costs next to nothing, and its
+    spans carry the incoming context unchanged: this hop passes the
+    trajectory's ``traceparent`` on, so a downstream role that does export
+    still joins the same trace.
+    """
+    otlp = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    if exporter == "none" and not otlp:
+        return None
     resource = Resource.create(
         {"service.name": f"rlvr-{service}", "service.instance.id": replica, "rlvr.run": run}
     )
     provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+    if otlp:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -100,6 +110,18 @@ def setup_tracing(
         provider.add_span_processor(BatchSpanProcessor(JsonLinesExporter(path / f"{service}-{replica}.jsonl")))
     elif exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    return provider
+
+
+def setup_tracing(
+    *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path, sample_ratio: float = 1.0
+) -> None:
+    """Install this process's tracer provider (once; see ``make_provider``)."""
+    global _provider
+    provider = make_provider(service=service, replica=replica, run=run, exporter=exporter, trace_dir=trace_dir,
+                             sample_ratio=sample_ratio)
+    if provider is None:
+        return
     trace.set_tracer_provider(provider)
     _provider = provider
     _tracers.clear()

@@ -156,9 +156,10 @@ def check_task(task: Task) -> None:
 
 def _check_ids(path: str, ids: list[int]) -> None:
     _count(path, len(ids), MAX_TOKENS)
-    for i, t in enumerate(ids):
-        if not 0 <= t <= MAX_TOKEN_ID:
-            _fail(f"{path}[{i}] = {t} is not a token id (0 <= id <= {MAX_TOKEN_ID})")
+    if ids and (min(ids) < 0 or max(ids) > MAX_TOKEN_ID):  # C-speed check; the loop only names the culprit
+        for i, t in enumerate(ids):
+            if not 0 <= t <= MAX_TOKEN_ID:
+                _fail(f"{path}[{i}] = {t} is not a token id (0 <= id <= {MAX_TOKEN_ID})")
 
 
 def check_sample(s: Sample) -> None:
@@ -180,9 +181,11 @@ def check_sample(s: Sample) -> None:
             f"completion.logprobs has {len(s.completion.logprobs)} entries for "
             f"{len(s.completion.ids)} completion.ids (one log-prob per token)"
         )
-    for i, lp in enumerate(s.completion.logprobs):
-        if not (math.isfinite(lp) and MIN_LOGPROB <= lp <= MAX_LOGPROB):
-            _fail(f"completion.logprobs[{i}] = {lp!r} is not a log-prob in [{MIN_LOGPROB:g}, 0]")
+    lps = s.completion.logprobs
+    if lps and not (all(map(math.isfinite, lps)) and MIN_LOGPROB <= min(lps) and max(lps) <= MAX_LOGPROB):
+        for i, lp in enumerate(lps):  # only to name the culprit
+            if not (math.isfinite(lp) and MIN_LOGPROB <= lp <= MAX_LOGPROB):
+                _fail(f"completion.logprobs[{i}] = {lp!r} is not a log-prob in [{MIN_LOGPROB:g}, 0]")
     if len(s.text) > MAX_TEXT_CHARS:
         _fail(f"text is {len(s.text)} characters, more than {MAX_TEXT_CHARS}")
     check_verifier_spec(s.verifier)

@@ -197,3 +197,83 @@ def test_a_transient_bus_fault_is_retried_in_place_and_never_makes_a_poison_pill
     assert counters["acked"] == 1 and counters["bus_retries"] == 5
     assert counters["faults"] == 0 and counters["poison_pills"] == 0 and counters["dead_lettered"] == 0
     assert BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter) == []
+
+
+def _held_past_ack_wait(nats_server, keep_alive_every_s):
+    """Deliveries of one message whose handler holds it for 2.5 x ack_wait."""
+    seen: list[int] = []
+
+    async def main():
+        bus = await _bus(nats_server.url, ack_wait_s=1.0)
+
+        async def handle(sample: Sample, delivery):
+            seen.append(delivery.num_delivered)
+            await anyio.sleep(2.5)  # the long work under test, not a synchronisation
+
+        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
+                            handle=handle, concurrency=2, keep_alive_every_s=keep_alive_every_s)
+        await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(30):
+                while consumer.stats.counters["acked"] < 1:
+                    await anyio.sleep(0.05)
+            stop.set()
+        await bus.close()
+
+    anyio.run(main)
+    return seen
+
+
+def test_one_ticker_keeps_every_held_message_alive_past_ack_wait(nats_server):
+    assert _held_past_ack_wait(nats_server, keep_alive_every_s=0.3) == [1]
+
+
+def test_without_keep_alive_a_message_held_past_ack_wait_is_redelivered(nats_server):
+    assert _held_past_ack_wait(nats_server, keep_alive_every_s=None)[:2] == [1, 2]
+
+
+def test_pulls_are_batched_at_half_the_window(nats_server):
+    """A pull per free slot would be a round trip per message; the loop
+    waits for half the window (or a short linger) and pulls that many."""
+    batches: list[int] = []
+
+    async def main():
+        bus = await _bus(nats_server.url)
+        real = bus.pull_subscription
+
+        async def counting_subscription(cd, **kw):
+            sub = await real(cd, **kw)
+            fetch = sub.fetch
+
+            async def counted(batch=1, timeout=5, **kw2):
+                msgs = await fetch(batch, timeout=timeout, **kw2)
+                batches.append(len(msgs))
+                return msgs
+
+            sub.fetch = counted
+            return sub
+
+        bus.pull_subscription = counting_subscription
+
+        async def handle(sample: Sample, delivery):
+            return None
+
+        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
+                            handle=handle, concurrency=16)
+        for i in range(96):
+            await bus.publish(bus.names.rollouts, make_sample(RUN, k=i), msg_id=f"m{i}")
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(30):
+                while consumer.stats.counters["acked"] < 96:
+                    await anyio.sleep(0.05)
+            stop.set()
+        await bus.close()
+
+    anyio.run(main)
+    pulled = [n for n in batches if n]
+    assert sum(pulled) == 96
+    assert len(pulled) <= 96 // 8 + 2  # at least half the window (8) per pull, bar the tail

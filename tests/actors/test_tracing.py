@@ -1,0 +1,69 @@
+"""Tracing costs little per message and keeps one trace per trajectory:
+head sampling decided at the root and followed by every hop, no SDK at all
+when nothing is exported, one write per exported batch."""
+
+import json
+
+from opentelemetry import trace
+from opentelemetry.trace import NoOpTracerProvider
+
+from rlvr.actors.tracing import extract_context, inject_headers, make_provider, remote_span_context
+
+SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+def _provider(tmp_path, exporter="file", ratio=1.0):
+    return make_provider(service="verify", replica="r0", run="t", exporter=exporter, trace_dir=tmp_path,
+                         sample_ratio=ratio)
+
+
+def _sampled(traceparent):
+    return bool(int(traceparent.rsplit("-", 1)[1], 16) & 1)
+
+
+def _hop(tracer, traceparent):
+    """What a consumer and its handler do: start the hop's span from the
+    message's context, publish downstream (inject)."""
+    ctx = extract_context({"traceparent": traceparent} if traceparent else {})
+    with tracer.start_as_current_span("verify.score", context=ctx) as span:
+        return span.is_recording(), inject_headers().get("traceparent")
+
+
+def test_head_sampling_is_decided_at_the_root_and_followed_by_every_hop(tmp_path):
+    none_sampled = _provider(tmp_path, ratio=0.0).get_tracer("t")
+    # A root (the feeder) at ratio 0 records nothing and tells the next hops so.
+    recording, downstream = _hop(none_sampled, None)
+    assert not recording and not _sampled(downstream)
+    # A hop follows its parent's decision, whatever its own ratio.
+    assert _hop(none_sampled, SAMPLED)[0] is True
+    assert _hop(_provider(tmp_path, ratio=1.0).get_tracer("t"), UNSAMPLED)[0] is False
+    recording, downstream = _hop(_provider(tmp_path, ratio=1.0).get_tracer("t"), SAMPLED)
+    assert recording and downstream.split("-")[1] == SAMPLED.split("-")[1]  # same trace
+
+
+def test_no_exporter_means_no_sdk_and_the_trace_passes_through_unchanged(tmp_path, monkeypatch):
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    assert _provider(tmp_path, exporter="none") is None
+    recording, downstream = _hop(NoOpTracerProvider().get_tracer("t"), SAMPLED)
+    assert not recording and downstream == SAMPLED  # the next hop continues the producer's span
+
+
+def test_file_exporter_writes_one_json_line_per_span(tmp_path):
+    provider = _provider(tmp_path)
+    tracer = provider.get_tracer("t")
+    for _ in range(5):
+        _hop(tracer, SAMPLED)
+    provider.shutdown()
+    lines = (tmp_path / "verify-r0.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert len(records) == 5
+    assert {r["trace_id"] for r in records} == {SAMPLED.split("-")[1]}
+    assert {r["parent_span_id"] for r in records} == {SAMPLED.split("-")[2]}
+
+
+def test_remote_span_context_of_a_message():
+    assert remote_span_context(extract_context({})) is None
+    ctx = remote_span_context(extract_context({"traceparent": SAMPLED}))
+    assert ctx is not None and f"{ctx.trace_id:032x}" == SAMPLED.split("-")[1]
+    assert trace.get_current_span().get_span_context().is_valid is False  # nothing was attached
