@@ -14,7 +14,9 @@ fp32 at a time; each chunk runs under non-reentrant activation
 checkpointing, so the backward pass recomputes a chunk's logits when it
 reaches it instead of keeping every chunk's alive from the forward pass.
 The head is called as a module (never through its ``.weight``), so ZeRO-3
-gathers it, and a bias or an adapter wrapped around it is applied.
+gathers it, and a bias or an adapter wrapped around it is applied; only the
+softmax part has a hand-written backward (``_TargetLogprob``), which works
+in one fp32 buffer in place where autograd's chain would keep several.
 
 ``full_logits_logprobs`` is the previous computation, kept as the reference
 the tests and ``bench/learner_memory.py`` compare against.
@@ -29,8 +31,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 # Positions per chunk: at V = 151,936 one chunk of fp32 logits is
-# 1024 x 151,936 x 4 B = 0.62 GB; the backward pass holds about three such
-# buffers (logits, their gradient, its bf16 cast) for one chunk at a time.
+# 1024 x 151,936 x 4 B = 0.62 GB; a chunk's forward holds about three such
+# buffers (the head's output, the scaled logits, the entropy's probabilities)
+# and its backward about two, for one chunk at a time.
 LOGPROB_CHUNK_TOKENS = 1024
 
 
@@ -74,20 +77,49 @@ def final_hidden_states(
     return out.hidden_states[-1]
 
 
+class _TargetLogprob(torch.autograd.Function):
+    """z [n, V] (the head's output, any float dtype), targets [n] -> log softmax(z / T)[target] [n]
+    fp32, and logz [n] (no gradient).
+
+    Autograd's own chain (upcast, divide, logsumexp, gather) keeps about five
+    [n, V] fp32 buffers alive at once in its backward; this one rebuilds the
+    softmax in one fp32 buffer, in place: d logp / d x = onehot - softmax(x).
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, targets: torch.Tensor, temperature: float):
+        x = z.to(torch.float32, copy=True).div_(temperature)  # [n, V]; z itself stays intact (it is saved)
+        logz = torch.logsumexp(x, dim=-1)  # [n]
+        logp = x.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [n]
+        ctx.save_for_backward(z, targets, logz)
+        ctx.temperature = temperature
+        ctx.mark_non_differentiable(logz)
+        return logp, logz
+
+    @staticmethod
+    def backward(ctx, grad_logp: torch.Tensor, _grad_logz: torch.Tensor):
+        z, targets, logz = ctx.saved_tensors
+        g = (grad_logp / ctx.temperature).unsqueeze(-1)  # [n, 1]; the 1/T of x = z / T
+        grad = z.to(torch.float32, copy=True).div_(ctx.temperature)  # [n, V], one buffer from here on
+        grad.sub_(logz.unsqueeze(-1)).exp_().mul_(-g)  # -softmax(x) * g / T
+        grad.scatter_add_(-1, targets.unsqueeze(-1), g)  # + onehot * g / T
+        return grad.to(z.dtype), None, None
+
+
 def _chunk(
     head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden [n, H], targets [n] -> logp [n] (fp32), entropy [n] (fp32, no grad; empty unless asked)."""
-    logits = head(hidden).float() / temperature  # [n, V]; the only fp32 copy of this chunk
-    logz = torch.logsumexp(logits, dim=-1)  # [n]
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [n]
+    z = head(hidden)  # [n, V] in the head's dtype
+    logp, logz = _TargetLogprob.apply(z, targets, temperature)
     # Last, and without grad: a checkpoint's recomputation stops once it has
     # rebuilt every saved tensor, so the backward pass never redoes this.
     with torch.no_grad():
         if with_entropy:
-            entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # [n]
+            logprobs = z.to(torch.float32, copy=True).div_(temperature).sub_(logz.unsqueeze(-1))  # [n, V]
+            entropy = -(logprobs.exp() * logprobs).sum(-1)  # [n]
         else:
-            entropy = logits.new_empty(0)
+            entropy = logp.new_empty(0)
     return logp, entropy
 
 
