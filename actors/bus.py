@@ -30,6 +30,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 
 from rlvr.actors import topology
+from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.logs import get_logger
 from rlvr.actors.secrets import connect_options, redact
@@ -117,8 +118,22 @@ class Bus:
         return self.names.streams(self.cfg.scored_max_age_s, self.cfg.duplicate_window_s)
 
     async def ensure_topology(self) -> list[str]:
-        """Create or update the run's streams, consumers and buckets: the learner and `init` only."""
-        touched = await topology.ensure_topology(self)
+        """Create or update the run's streams, consumers and buckets: the learner and `init` only.
+
+        Idempotent, so a transient fault (a cluster electing a leader, a
+        partition, a full store) is retried for at most ``bus.topology_wait_s``."""
+        deadline = time.monotonic() + self.cfg.topology_wait_s
+        delay = 0.5
+        while True:
+            try:
+                touched = await topology.ensure_topology(self)
+                break
+            except Exception as e:
+                if not is_transient_bus_fault(e) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("topology_retry", error=f"{type(e).__name__}: {e}", retry_in_s=delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 10.0)
         self.owns_topology = True
         return touched
 

@@ -65,11 +65,10 @@ from typing import Generic, TypeVar
 
 import anyio
 import msgspec
-import nats.errors as nats_errors
-import nats.js.errors as js_errors
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from rlvr.actors.bus import Bus
+from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.logs import bind_message, get_logger
 from rlvr.actors.tracing import extract_context, remote_span_context
 from rlvr.protocol import MessageDecodeError
@@ -105,19 +104,6 @@ Outcome = Ack | Nak | Term | Hold
 
 class ConsumerUnavailableError(RuntimeError):
     """Pulling from the durable consumer kept failing past ``bus.topology_wait_s``."""
-
-
-def is_transient_bus_fault(e: BaseException) -> bool:
-    """A NATS / JetStream failure that says nothing about the message: a
-    publish or pull that timed out, no responders or no stream leader (an
-    election, a partition), a full store (503), a connection being re-made."""
-    while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
-        e = e.exceptions[0]
-    if isinstance(e, (NatsTimeoutError, nats_errors.NoRespondersError, nats_errors.ConnectionClosedError,
-                      nats_errors.ConnectionReconnectingError, nats_errors.StaleConnectionError,
-                      js_errors.NoStreamResponseError, js_errors.ServiceUnavailableError)):
-        return True
-    return isinstance(e, js_errors.APIError) and e.code in (503, 504)
 
 
 class ActorFatalError(RuntimeError):

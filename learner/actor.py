@@ -35,7 +35,8 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import Link
 
-from rlvr.actors.consume import Ack, Consumer, Delivery, Hold, Term, is_transient_bus_fault
+from rlvr.actors.bus_faults import is_transient_bus_fault
+from rlvr.actors.consume import Ack, Consumer, Delivery, Hold, Term
 from rlvr.actors.logs import get_logger
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import remote_span_context, tracer

@@ -276,7 +276,15 @@ def retention_gap(sc: Scenario, rng) -> dict:
     time.sleep(3.0)
     scored = sc.obs.read_scored()
     info = sc.obs.stream_state("SCORED")
-    cut = min(info.state.last_seq, floor + rng.randint(4, 12))
+    # Purge past the first sample the learner never settled: sequences above the floor that
+    # it did settle are no gap (the learner rightly goes on), so a cut among them tests nothing.
+    state = read_committed(sc.out).state
+    settled = set(state.ledger.settled.values()) if state else set()
+    unsettled = next((q for q in range(floor, info.state.last_seq + 1) if q not in settled), None)
+    if unsettled is None:
+        sc.start_learner()
+        return _result("retention_gap", floor=floor, skipped="every retained sample was already settled")
+    cut = min(info.state.last_seq + 1, unsettled + rng.randint(1, 8))
     sc.retention_purged |= {c.sample_id for c in scored.values() if c.seq < cut}
     sc.obs.purge("SCORED", upto_seq=cut)
     sc.start_learner(wait=False)

@@ -133,3 +133,36 @@ def test_init_reports_an_unreachable_server_without_a_traceback(tmp_path):
     )
     assert out.returncode == 3 and "cannot reach NATS at nats://127.0.0.1:9" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_owner_retries_a_transient_fault_while_creating_the_topology(nats_server, monkeypatch):
+    """A cluster electing a leader answers 503 for a while: the learner's
+    start-up waits it out (bounded by bus.topology_wait_s) instead of exiting."""
+    from nats.js.errors import ServiceUnavailableError
+
+    from rlvr.actors import topology
+    from rlvr.actors.bus import Bus
+    from rlvr.actors.config import NatsConfig
+
+    real = topology.ensure_topology
+    calls = []
+
+    async def flaky(bus):
+        calls.append(1)
+        if len(calls) < 3:
+            raise ServiceUnavailableError(code=503, description="no leader (an election)")
+        return await real(bus)
+
+    monkeypatch.setattr(topology, "ensure_topology", flaky)
+
+    async def main():
+        bus = await Bus.connect(NatsConfig(url=nats_server.url), BusConfig(topology_wait_s=30), NAMES, "t")
+        try:
+            await bus.ensure_topology()
+            return bus.owns_topology
+        finally:
+            await bus.close()
+
+    assert anyio.run(main) is True
+    assert len(calls) == 3
+    assert BusClient(nats_server.url, RUN).stream_count("SCORED") == 0  # created, empty
