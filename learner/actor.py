@@ -179,7 +179,7 @@ class LearnActor:
                 resumed = await self._restore(ctx, lease)
                 io = self.io
                 if self.resolved_config:
-                    await ctx.bus.kv_put(KV_CONFIG, self.resolved_config)
+                    tg.start_soon(self._publish_config, ctx)
                 await tg.start(io.consumer.run, consumer_stop)
                 await tg.start(io.rollouts.run)
                 tg.start_soon(self._keep_held_alive)
@@ -190,6 +190,21 @@ class LearnActor:
         finally:
             if self._io is not None:
                 self._io.metrics.close()
+
+    async def _publish_config(self, ctx: ActorContext) -> None:
+        """The resolved config in KV, for `status` and operators: informational,
+        so a full store or an election delays it (retried) but never stops training."""
+        delay = 1.0
+        while True:
+            try:
+                await ctx.bus.kv_put(KV_CONFIG, self.resolved_config)
+                return
+            except Exception as e:
+                if not is_transient_bus_fault(e):
+                    raise
+                log.warning("config_not_published", error=f"{type(e).__name__}: {e}", retry_in_s=delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 60.0)
 
     async def _main(self, ctx: ActorContext, tg: anyio.abc.TaskGroup, resumed: bool) -> None:
         io = self.io
