@@ -27,6 +27,7 @@ import msgspec
 import pytest
 
 from tests.conftest import REPO
+from tests.rollout.conftest import LoopThread
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::FutureWarning")]
 TOL = 0.01
@@ -95,22 +96,27 @@ def test_learner_trains_under_zero(qwen, zero_stage, lora):
 
 
 @pytest.fixture(scope="module")
-def vllm_engine(qwen: Path) -> Iterator[Any]:
-    import anyio
+def gpu_loop() -> Iterator[LoopThread]:
+    """vLLM's AsyncLLM stays on the event loop it started on: one loop, in a thread, for the module."""
+    lt = LoopThread()
+    yield lt
+    lt.stop()
 
+
+@pytest.fixture(scope="module")
+def vllm_engine(qwen: Path, gpu_loop: LoopThread) -> Iterator[Any]:
     from rlvr.rollout.engines import VLLMEngineConfig, make_engine
 
     engine = make_engine(VLLMEngineConfig(model=str(qwen), dtype="float32", max_model_len=1024, max_prompt_tokens=512,
                                           gpu_memory_utilization=0.3, max_lora_rank=16))
-    anyio.run(engine.start)
+    gpu_loop.run(engine.start(), timeout=600)
     yield engine
-    anyio.run(engine.close)
+    gpu_loop.run(engine.close(), timeout=60)
 
 
 @pytest.mark.parametrize("path", ["adapter", "full"])
-def test_vllm_logprobs_match_the_learner_after_a_reload(qwen, vllm_engine, tmp_path, path):
+def test_vllm_logprobs_match_the_learner_after_a_reload(qwen, vllm_engine, gpu_loop, tmp_path, path):
     """The adapter path runs first: it applies to the base vLLM started with."""
-    import anyio
     import torch
 
     from rlvr.protocol import SamplingParams
@@ -126,11 +132,11 @@ def test_vllm_logprobs_match_the_learner_after_a_reload(qwen, vllm_engine, tmp_p
     version = 10 if path == "adapter" else 11
     load = vllm_engine.load_adapter if path == "adapter" else vllm_engine.load_weights
     t0 = time.perf_counter()
-    anyio.run(load, tmp_path, version)
+    gpu_loop.run(load(tmp_path, version), timeout=300)
     reload_s = time.perf_counter() - t0
     sampling = SamplingParams(temperature=1.0, max_tokens=128, seed=3)
     t0 = time.perf_counter()
-    result = anyio.run(vllm_engine.generate, "Solve: 12+7=", 16, sampling)
+    result = gpu_loop.run(vllm_engine.generate("Solve: 12+7=", 16, sampling), timeout=300)
     gen_s = time.perf_counter() - t0
     assert result.weights_version_min == result.weights_version_max == version
     worst = max(abs(a - b) for g in result.generations
