@@ -117,7 +117,7 @@ def _chunk(
     with torch.no_grad():
         if with_entropy:
             logprobs = z.to(torch.float32, copy=True).div_(temperature).sub_(logz.unsqueeze(-1))  # [n, V]
-            entropy = -(logprobs.exp() * logprobs).sum(-1)  # [n]
+            entropy = -logprobs.exp().mul_(logprobs).sum(-1)  # [n]; in place: one [n, V] temporary, not two
         else:
             entropy = logp.new_empty(0)
     return logp, entropy
