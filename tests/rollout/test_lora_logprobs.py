@@ -141,3 +141,41 @@ def test_a_new_adapter_replaces_the_old_and_a_bad_one_is_rejected(loop, lora_eng
     assert lora_engine.weights_version == v2
     again = loop.run(lora_engine.generate(PROMPT, 4, sampling))
     assert again.weights_version_max == v2 and learner.max_diff(again) <= TOL
+
+
+def _peft_max_diff(model_dir: Path, adapter_dir: Path, result: Any, temperature: float) -> float:
+    """Worst |log-prob difference| of ``result`` against transformers + peft with ``adapter_dir``."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"), adapter_dir)
+    worst = 0.0
+    for g in result.generations:
+        with torch.no_grad():
+            logits = model(torch.tensor([result.prompt_ids + g.ids])).logits[0, len(result.prompt_ids) - 1 : -1]
+        lp = torch.log_softmax(logits.float() / temperature, -1).gather(-1, torch.tensor(g.ids).unsqueeze(-1))
+        worst = max([worst] + [abs(a - b) for a, b in zip(g.logprobs, lp.squeeze(-1).tolist(), strict=True)])
+    return worst
+
+
+def test_a_request_keeps_the_adapter_version_it_ran_under(loop, lora_engine, learner, versions, tiny_model):
+    """A group generated while the next adapter loads reports one version, and its
+    log-probs are those of that version's adapter (whichever won the race)."""
+    import asyncio
+
+    v1 = next(versions)
+    loop.run(lora_engine.load_adapter(learner.export(v1, noise_seed=v1), v1))
+    v2 = next(versions)
+    d2 = learner.export(v2, noise_seed=v2)
+
+    async def race():
+        sampling = SamplingParams(temperature=0.7, max_tokens=48, seed=9)
+        return await asyncio.gather(lora_engine.generate(PROMPT, 4, sampling), lora_engine.load_adapter(d2, v2))
+
+    result, _ = loop.run(race())
+    assert result.weights_version_min == result.weights_version_max in (v1, v2)
+    used = learner.dirs[result.weights_version_max]
+    print(f"group ran under v{result.weights_version_max} (v{v2} loaded meanwhile)")
+    assert _peft_max_diff(tiny_model, used, result, 0.7) <= TOL
+    assert lora_engine.weights_version == v2
