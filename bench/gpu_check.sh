@@ -7,7 +7,7 @@
 #
 # What it checks (tests/gpu/test_gpu_check.py, marker `gpu`), on a random-init
 # model of Qwen2.5-0.5B's shape built from a config (tests/gpu/qwen_shape.py):
-#   - the learner on DeepSpeed ZeRO-2 and ZeRO-3, full parameters and LoRA (bf16,
+#   - the learner on DeepSpeed ZeRO-2 and ZeRO-3, full parameters and LoRA, QLoRA if bitsandbytes is there (bf16,
 #     gradient checkpointing): tokens/s and peak GPU memory;
 #   - vLLM's log-probs against the learner's (<= 0.01, float32) after a weight
 #     reload of each kind: full weights (reload_weights) and a LoRA adapter

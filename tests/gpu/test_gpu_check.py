@@ -2,7 +2,8 @@
 
 On a Qwen2.5-0.5B-shaped random model built from a config (tests/gpu/qwen_shape.py):
 
-- the learner on DeepSpeed ZeRO-2 and ZeRO-3, full parameters and LoRA;
+- the learner on DeepSpeed ZeRO-2 and ZeRO-3, full parameters and LoRA, and QLoRA
+  (a 4-bit base) where bitsandbytes is installed;
 - the vLLM engine's log-probs against the learner's (<= 0.01), after a
   reload of full weights and after an adapter, both taken from the learner;
 - a few steps of ``rlvr-actor up`` with examples/gpu_qwen.toml pointed at it.
@@ -57,14 +58,14 @@ def _items(n: int, length: int, seed: int) -> list:
                            [-8.0] * length, 1.0 if i % 2 else -1.0, f"s{seed}/{i}") for i in range(n)]
 
 
-def _learner(model: Path, zero_stage: int, lora: bool, **extra: Any):
+def _learner(model: Path, zero_stage: int, lora: bool, quantize_base: str = "none", **extra: Any):
     from rlvr.learner.engine import LearnerEngine
     from rlvr.learner.engine_config import LoraConfig, OptimizerConfig, TrainEngineConfig
 
     saved = dict(os.environ)  # DeepSpeed's single-process dist env must not reach vLLM's workers
     engine = LearnerEngine(TrainEngineConfig(
         model_path=str(model), zero_stage=zero_stage, micro_batch_tokens=8192,
-        optimizer=OptimizerConfig(lr=1e-5 if lora else 1e-6), lora=LoraConfig(enabled=lora, rank=16),
+        optimizer=OptimizerConfig(lr=1e-5 if lora else 1e-6), lora=LoraConfig(enabled=lora, rank=16, quantize_base=quantize_base),
         pad_token_id=0, **extra), seed=0)
     os.environ.clear()
     os.environ.update(saved)
@@ -92,6 +93,22 @@ def test_learner_trains_under_zero(qwen, zero_stage, lora):
     assert before != after, "three optimizer steps did not move the policy"
     report(f"learner_zero{zero_stage}_{'lora' if lora else 'full'}", tokens_per_s=round(tokens / seconds),
            peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2))
+    engine.close()
+
+
+def test_qlora_learner_trains_on_a_4bit_base(qwen):
+    """QLoRA: the frozen base in NF4 through bitsandbytes (skipped where it is not installed)."""
+    pytest.importorskip("bitsandbytes")
+    import torch
+
+    torch.cuda.reset_peak_memory_stats()
+    engine = _learner(qwen, 2, True, quantize_base="4bit", bf16=True, gradient_checkpointing=True)
+    before = engine.logprobs([500, 600, 700], [800, 900, 1000])
+    m = engine.train_step(_items(32, 448, 0))
+    assert m["loss"] == m["loss"]
+    assert engine.logprobs([500, 600, 700], [800, 900, 1000]) != before
+    report("learner_qlora_4bit", peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2),
+           tokens_per_s=round(m["tokens_per_s"]))
     engine.close()
 
 
