@@ -48,3 +48,15 @@ def test_throughput_counts_non_padding_tokens_and_gives_no_mfu_on_cpu():
 ])
 def test_peak_by_device_name(name, peak):
     assert peak_for_device_name(name) == peak
+
+
+def test_engine_step_metrics_carry_model_tflops(model_dir):
+    from tests.learner.engine_helpers import batch, make_engine
+
+    engine = make_engine(model_dir, bf16=False)
+    try:
+        metrics = engine.train_step(batch(0))
+    finally:
+        engine.close()
+    assert metrics["model_tflops_per_s"] > 0 and metrics["tokens_per_s"] > 0
+    assert "mfu" not in metrics  # CPU: no peak to divide by
