@@ -17,7 +17,10 @@ Messages are untrusted. Before a handler sees one, it must
    agree, ids in range, bounded sizes;
 3. not reuse the id of a message this consumer has seen with other content
    (a task id or sample id published again past the duplicate window, or
-   under another ``Nats-Msg-Id``): the first copy is the one served.
+   under another ``Nats-Msg-Id``): the first copy is the one served. Where
+   the consumer is given a ``meaning`` (the rollout's tasks), a copy that
+   means the same under another stream sequence is a duplicate: acked and
+   counted (``duplicates``), never served twice.
 
 A message that fails is dead-lettered at once with its reason (retrying
 cannot fix it). Faults (exceptions from the handler) nak with a delay, and on
@@ -149,7 +152,8 @@ class ConsumerStats:
         # ``dead_letter_retrying`` is a level (messages whose dead letter is
         # failing right now); every other entry only grows.
         self.counters: Counter[str] = Counter(
-            {k: 0 for k in ("received", "acked", "naked", "dead_lettered", "faults", "bus_retries", "pull_failures",
+            {k: 0 for k in ("received", "acked", "naked", "dead_lettered", "duplicates", "faults", "bus_retries",
+                            "pull_failures",
                             "poison_pills",
                             "dead_letter_failures", "dead_letter_retrying", "settle_failures")}
         )
@@ -160,6 +164,12 @@ class _Refused(Exception):
     def __init__(self, kind: str, reason: str, error_type: str) -> None:
         super().__init__(reason)
         self.kind, self.reason, self.error_type = kind, reason, error_type
+
+
+class _Republished(Exception):
+    def __init__(self, msg_id: str) -> None:
+        super().__init__(msg_id)
+        self.msg_id = msg_id
 
 
 class _Lru:
@@ -197,6 +207,7 @@ class Consumer(Generic[T]):
         validate: Callable[[T], None] = check_message,
         poison_after: int | None = None,
         keep_alive_every_s: float | None = None,
+        meaning: Callable[[T], bytes] | None = None,
     ) -> None:
         self.bus = bus
         self.cd = cd
@@ -213,7 +224,13 @@ class Consumer(Generic[T]):
         n = bus.cfg.poison_after if poison_after is None else poison_after
         self.poison_after = max(1, min(n, cd.max_deliver))
         self.unsettled_limit = max(1, min(n, cd.max_deliver - 1))
-        self._digests = _Lru(_REMEMBERED)  # Nats-Msg-Id -> digest of the data
+        self._digests = _Lru(_REMEMBERED)  # Nats-Msg-Id -> (digest, meaning, stream seq) of its first copy
+        # What a copy published again must equal to be the same message (a Task
+        # re-issued after a restart differs only in when it was issued): such a
+        # copy under another stream sequence is acked and counted as a duplicate,
+        # not served twice. None: copies with equal bytes are served again and
+        # the caller dedups (the learner's ledger must see every sequence).
+        self.meaning = meaning
         self._returned = _Lru(_REMEMBERED)  # stream seqs this consumer gave back (nak/hold)
         self._backoff_max_s = max(0.1, min(30.0, bus.cfg.ack_wait_s / 3))
         self._pull_failing_since: float | None = None
@@ -366,6 +383,14 @@ class Consumer(Generic[T]):
                 await self._dead(msg, r.kind, r.reason, r.error_type)
                 settled = True
                 return
+            except _Republished as r:
+                # The same message published again (a feeder re-issuing after a restart,
+                # past a duplicate window the server lost): the first copy is served.
+                log.info("duplicate_dropped", msg_id=r.msg_id, stream_seq=delivery.stream_seq)
+                self.stats.counters["duplicates"] += 1
+                await self._settle(msg, Ack())
+                settled = True
+                return
             remote = remote_span_context(delivery.trace_context)
             trace_id = f"{remote.trace_id:032x}" if remote is not None else None
             with bind_message(task_id=self._task_id(obj), trace_id=trace_id):
@@ -409,16 +434,24 @@ class Consumer(Generic[T]):
         msg_id = _identity(obj) or delivery.headers.get("Nats-Msg-Id")
         if msg_id:
             digest = hashlib.blake2b(msg.data, digest_size=16).digest()
-            seen = self._digests.get(msg_id)
-            if seen is not None and seen != digest:
+            meaning = self._meaning_of(obj) if self.meaning is not None else digest
+            seen = self._digests.get(msg_id)  # (digest, meaning, stream seq) of the first copy
+            if seen is not None and seen[0] != digest and seen[1] != meaning:
                 raise _Refused(
                     "conflict",
                     f"id {msg_id!r} was already received with other content (published again, past "
                     "the duplicate window or under another Nats-Msg-Id, and not the same message)",
                     "ConflictingDuplicate",
                 )
-            self._digests.put(msg_id, digest)
+            if seen is not None and self.meaning is not None and seen[2] != delivery.stream_seq:
+                raise _Republished(msg_id)
+            if seen is None:
+                self._digests.put(msg_id, (digest, meaning, delivery.stream_seq))
         return obj
+
+    def _meaning_of(self, obj: T) -> bytes:
+        assert self.meaning is not None
+        return hashlib.blake2b(self.meaning(obj), digest_size=16).digest()
 
     def _task_id(self, obj: T) -> str | None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import msgspec
 from msgspec import Meta, Struct
 
 PositiveInt = Annotated[int, Meta(gt=0)]
@@ -86,4 +87,11 @@ def task_subject_id(task: Task) -> str:
     return task.task_id
 
 
-__all__ = ["ChatMessage", "SamplingParams", "Task", "VerifierSpec", "task_subject_id"]
+def task_meaning(task: Task) -> bytes:
+    """What makes two copies of a task the same task: everything but when it
+    was issued and the policy version current then (a feeder re-issuing a
+    task after a restart changes only those)."""
+    return msgspec.msgpack.encode(msgspec.structs.replace(task, created_at=0.0, policy_version=0))
+
+
+__all__ = ["ChatMessage", "SamplingParams", "Task", "VerifierSpec", "task_meaning", "task_subject_id"]

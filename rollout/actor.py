@@ -29,6 +29,7 @@ from rlvr.actors.meters import LatencyMeter, RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import Completion, Sample, Task, Timings, decode
+from rlvr.protocol.tasks import task_meaning
 from rlvr.protocol.validate import check_task
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import EngineDeadError, GroupResult, PromptTooLongError, make_engine
@@ -74,6 +75,8 @@ class RolloutActor:
                 # dead-lettered with the field, never handed to the engine.
                 validate=check_task,
                 keep_alive_every_s=self.cfg.in_progress_every_s,
+                # A task re-issued after a learner restart is not generated twice.
+                meaning=task_meaning,
             )
             async with anyio.create_task_group() as tg:
                 await tg.start(watcher.run)

@@ -277,3 +277,46 @@ def test_pulls_are_batched_at_half_the_window(nats_server):
     pulled = [n for n in batches if n]
     assert sum(pulled) == 96
     assert len(pulled) <= 96 // 8 + 2  # at least half the window (8) per pull, bar the tail
+
+
+def test_a_task_reissued_with_a_new_timestamp_is_a_duplicate_not_a_conflict(nats_server):
+    """A learner restarted from its checkpoint issues its last tasks again: same
+    id and content, a new created_at and policy version. Past a duplicate window
+    the server lost (a SIGKILL), the copy is stored; the rollout serves the first
+    copy only, and the other, with another prompt, is still a conflict."""
+    import msgspec
+
+    from rlvr.protocol import Task
+    from rlvr.protocol.tasks import task_meaning
+    from tests.factories import make_task
+
+    served: list[str] = []
+
+    async def main():
+        bus = await _bus(nats_server.url)
+
+        async def handle(task: Task, delivery):
+            served.append(task.prompt)
+
+        consumer = Consumer(bus, bus.consumer_def("rollout"), stage="rollout", decode=lambda d: decode(d, Task),
+                            handle=handle, concurrency=4, meaning=task_meaning)
+        first = make_task(RUN, k=7)
+        reissued = msgspec.structs.replace(first, created_at=first.created_at + 60, policy_version=3)
+        other = msgspec.structs.replace(first, prompt="9+9=")
+        for i, t in enumerate((first, reissued, other)):
+            await bus.publish(bus.names.tasks, t, msg_id=f"copy{i}")  # distinct ids: the server stores all three
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run, stop)
+            with anyio.fail_after(30):
+                while consumer.stats.counters["acked"] + consumer.stats.counters["dead_lettered"] < 3:
+                    await anyio.sleep(0.02)
+            stop.set()
+        await bus.close()
+        return consumer.stats.counters
+
+    counters = anyio.run(main)
+    assert served == ["2+3="]
+    assert counters["duplicates"] == 1 and counters["dead_letter.conflict"] == 1
+    dead = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
+    assert [d.kind for d in dead] == ["conflict"]

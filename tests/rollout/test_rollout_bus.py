@@ -31,6 +31,8 @@ def _config(tmp_path: Path, *, hold: Path | None = None, ack_wait_s: float = 30.
             "bus": {"ack_wait_s": ack_wait_s, "nak_delay_s": 0.1, "heartbeat_every_s": 0.3,
                     "drain_timeout_s": 1.0, "fetch_timeout_s": 0.5},
             "rollout": {"engine": engine, "max_inflight_tasks": inflight, "in_progress_every_s": 0.5},
+            # Recorded spans, so the hop makes its own (with "none" it passes the task's on).
+            "observability": {"trace_exporter": "file", "trace_dir": str(tmp_path / "traces")},
         },
     )
 
