@@ -47,8 +47,10 @@ redelivery elsewhere.
 Cost per message is what bounds a hop's rate (bench/bus_hop.py), so:
 
 - pulls are batched: the loop fetches once at least half the window
-  (``concurrency``) is free, or after a short linger when less is, never one
-  message per pull request (each pull is a round trip and server work);
+  (``concurrency``) is free, or after a short linger when less is; after a
+  pull that came back short (the stream running dry) it lingers too, so a
+  trickle is pulled in handfuls, never one message per pull request (each
+  pull is a round trip and server work);
 - one handler task per message, and nothing else per message: a single
   ticker per consumer (``keep_alive_every_s``) sends ``in_progress`` for every
   message held past the interval, instead of a keep-alive task per message;
@@ -238,6 +240,7 @@ class Consumer(Generic[T]):
         # whenever one frees up (or stop is set), to wake the pull loop.
         self._free = concurrency
         self._room = anyio.Event()
+        self._pulled_short = False  # the last pull came back with less than half the window
         self.keep_alive_every_s = keep_alive_every_s
         self._held: dict[int, list] = {}  # id(msg) -> [msg, time of its last sign of life]
 
@@ -274,6 +277,12 @@ class Consumer(Generic[T]):
         free for ``_LINGER_S`` (so slow handlers never leave a slot idle for
         long). False once ``stop`` is set."""
         half = max(1, self.concurrency // 2)
+        if self._pulled_short and not stop.is_set():
+            # The last pull found fewer messages than it had room for: the stream
+            # is running dry, so let some arrive rather than pull them one by one.
+            self._pulled_short = False
+            with anyio.move_on_after(_LINGER_S):
+                await stop.wait()
         deadline = math.inf
         while not stop.is_set():
             if self._free >= half:
@@ -325,6 +334,7 @@ class Consumer(Generic[T]):
             self._free += taken
             raise
         self._free += taken - len(msgs)
+        self._pulled_short = 0 < len(msgs) < max(1, self.concurrency // 2)
         for m in msgs:
             handlers.start_soon(self._one, m)
 
