@@ -75,7 +75,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from rlvr.actors.bus import Bus
 from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.logs import bind_message, get_logger
-from rlvr.actors.tracing import extract_context, remote_span_context
+from rlvr.actors.tracing import extract_context, passing_on, trace_id_of
 from rlvr.protocol import MessageDecodeError
 from rlvr.protocol.subjects import ConsumerDef
 from rlvr.protocol.validate import MessageInvalidError, check_message
@@ -401,9 +401,8 @@ class Consumer(Generic[T]):
                 await self._settle(msg, Ack())
                 settled = True
                 return
-            remote = remote_span_context(delivery.trace_context)
-            trace_id = f"{remote.trace_id:032x}" if remote is not None else None
-            with bind_message(task_id=self._task_id(obj), trace_id=trace_id):
+            traceparent = delivery.headers.get("traceparent")
+            with passing_on(traceparent), bind_message(task_id=self._task_id(obj), trace_id=trace_id_of(traceparent)):
                 outcome = await self._handle(obj, delivery)  # ActorFatalError: the finally below naks
                 await self._settle(msg, outcome)
                 settled = True

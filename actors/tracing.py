@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from opentelemetry import context as otel_context
@@ -42,6 +44,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 _propagator = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
 _tracers: dict[str, trace.Tracer] = {}
+_incoming: ContextVar[str | None] = ContextVar("rlvr_incoming_traceparent", default=None)
 
 
 def _span_line(span: ReadableSpan) -> str:
@@ -141,17 +144,42 @@ def tracer(name: str = "rlvr") -> trace.Tracer:
 
 
 def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
-    """Headers with the current span's ``traceparent`` added."""
+    """Headers with the current span's ``traceparent`` added; in a process that
+    records nothing, the ``traceparent`` of the message being handled (``passing_on``)."""
     carrier: dict[str, str] = dict(headers or {})
+    if _provider is None:
+        incoming = _incoming.get()
+        if incoming:
+            carrier["traceparent"] = incoming
+        return carrier
     _propagator.inject(carrier)
     return carrier
+
+
+@contextmanager
+def passing_on(traceparent: str | None) -> Iterator[None]:
+    """Handle a message that carries ``traceparent``: a process that records no
+    spans passes it on unchanged to what it publishes, so the trajectory's trace
+    stays whole downstream at the cost of a string copy."""
+    token = _incoming.set(traceparent)
+    try:
+        yield
+    finally:
+        _incoming.reset(token)
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id in a W3C ``traceparent`` header (for log lines), or None."""
+    if traceparent and len(traceparent) == 55 and traceparent[2] == "-":
+        return traceparent[3:35]
+    return None
 
 
 def extract_context(headers: Mapping[str, str] | None) -> otel_context.Context | None:
     """The remote context a message carries; None when it carries none, so a
     span started with it is a root (the propagator is not run for nothing)."""
-    if not headers or "traceparent" not in headers:
-        return None
+    if _provider is None or not headers or "traceparent" not in headers:
+        return None  # recording nothing here: the header is passed on as is (``passing_on``)
     return _propagator.extract(headers)
 
 

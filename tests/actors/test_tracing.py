@@ -4,13 +4,28 @@ when nothing is exported, one write per exported batch."""
 
 import json
 
-from opentelemetry import trace
-from opentelemetry.trace import NoOpTracerProvider
+import pytest
 
-from rlvr.actors.tracing import extract_context, inject_headers, make_provider, remote_span_context
+from opentelemetry import trace
+
+from rlvr.actors import tracing
+from rlvr.actors.tracing import (
+    extract_context,
+    inject_headers,
+    make_provider,
+    passing_on,
+    remote_span_context,
+    trace_id_of,
+)
 
 SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+
+@pytest.fixture(autouse=True)
+def _recording(monkeypatch):
+    """As in a process that records spans (setup_tracing installed a provider)."""
+    monkeypatch.setattr(tracing, "_provider", object())
 
 
 def _provider(tmp_path, exporter="file", ratio=1.0):
@@ -43,10 +58,16 @@ def test_head_sampling_is_decided_at_the_root_and_followed_by_every_hop(tmp_path
 
 
 def test_no_exporter_means_no_sdk_and_the_trace_passes_through_unchanged(tmp_path, monkeypatch):
+    """A process that records nothing does not even parse the header: it hands
+    the producer's traceparent on as is, so the next hop joins the same trace."""
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     assert _provider(tmp_path, exporter="none") is None
-    recording, downstream = _hop(NoOpTracerProvider().get_tracer("t"), SAMPLED)
-    assert not recording and downstream == SAMPLED  # the next hop continues the producer's span
+    monkeypatch.setattr(tracing, "_provider", None)
+    assert extract_context({"traceparent": SAMPLED}) is None
+    with passing_on(SAMPLED):
+        assert inject_headers({"Nats-Msg-Id": "x"}) == {"Nats-Msg-Id": "x", "traceparent": SAMPLED}
+    assert inject_headers() == {}
+    assert trace_id_of(SAMPLED) == SAMPLED.split("-")[1] and trace_id_of("junk") is None
 
 
 def test_file_exporter_writes_one_json_line_per_span(tmp_path):
