@@ -122,20 +122,24 @@ class Bus:
 
         Idempotent, so a transient fault (a cluster electing a leader, a
         partition, a full store) is retried for at most ``bus.topology_wait_s``."""
+        touched = await self._retrying(lambda: topology.ensure_topology(self), "ensure_topology")
+        self.owns_topology = True
+        return touched
+
+    async def _retrying(self, op, what: str):
+        """``op()``, retried on transient faults (an election, a partition, a full
+        store) for at most ``bus.topology_wait_s``: topology calls are idempotent."""
         deadline = time.monotonic() + self.cfg.topology_wait_s
         delay = 0.5
         while True:
             try:
-                touched = await topology.ensure_topology(self)
-                break
+                return await op()
             except Exception as e:
                 if not is_transient_bus_fault(e) or time.monotonic() + delay > deadline:
                     raise
-                log.warning("topology_retry", error=f"{type(e).__name__}: {e}", retry_in_s=delay)
+                log.warning("topology_retry", op=what, error=f"{type(e).__name__}: {e}", retry_in_s=delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 10.0)
-        self.owns_topology = True
-        return touched
 
     async def check_topology(self, role: str) -> None:
         """Wait (bounded) for what ``role`` needs and check its shape; never creates or changes it."""
@@ -167,7 +171,7 @@ class Bus:
         existing consumer, waiting for it as ``check_topology`` does.
         """
         if self.owns_topology:
-            await topology.create_consumer(self, cd, start_seq)
+            await self._retrying(lambda: topology.create_consumer(self, cd, start_seq), f"create_consumer {cd.durable}")
         else:
             if start_seq is not None:
                 raise topology.TopologyMismatchError(f"only the topology's owner may reposition consumer {cd.durable}")
