@@ -159,6 +159,13 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict:
     sampling = SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=args.seed)
     prompts = arithmetic_prompts(args.groups, args.seed)
     with NatsServer(tmp / "nats") as server:
+        # The learner owns the topology (a replica only checks it): create it as `rlvr-actor init` does.
+        from rlvr.actors.bus import Bus
+        from rlvr.actors.config import BusConfig, NatsConfig
+
+        owner = await Bus.connect(NatsConfig(url=server.url), BusConfig(), RunNames(RUN), "bench")
+        await owner.ensure_topology()
+        await owner.close()
         replica = _start_replica(tmp, server.url, engine_cfg, args.concurrency, args.threads)
         nc = await nats.connect(server.url)
         engine = make_engine(engine_cfg)
