@@ -199,6 +199,17 @@ def test_a_transient_bus_fault_is_retried_in_place_and_never_makes_a_poison_pill
     assert BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter) == []
 
 
+async def _run_until(consumer: Consumer, done) -> None:
+    """Run ``consumer`` until ``done(its counters)`` holds (polled; 30 s at most), then stop it."""
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(consumer.run, stop)
+        with anyio.fail_after(30):
+            while not done(consumer.stats.counters):
+                await anyio.sleep(0.02)
+        stop.set()
+
+
 def _held_past_ack_wait(nats_server, keep_alive_every_s):
     """Deliveries of one message whose handler holds it for 2.5 x ack_wait."""
     seen: list[int] = []
@@ -213,13 +224,7 @@ def _held_past_ack_wait(nats_server, keep_alive_every_s):
         consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
                             handle=handle, concurrency=2, keep_alive_every_s=keep_alive_every_s)
         await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(consumer.run, stop)
-            with anyio.fail_after(30):
-                while consumer.stats.counters["acked"] < 1:
-                    await anyio.sleep(0.05)
-            stop.set()
+        await _run_until(consumer, lambda c: c["acked"] >= 1)
         await bus.close()
 
     anyio.run(main)
@@ -264,13 +269,7 @@ def test_pulls_are_batched_at_half_the_window(nats_server):
                             handle=handle, concurrency=16)
         for i in range(96):
             await bus.publish(bus.names.rollouts, make_sample(RUN, k=i), msg_id=f"m{i}")
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(consumer.run, stop)
-            with anyio.fail_after(30):
-                while consumer.stats.counters["acked"] < 96:
-                    await anyio.sleep(0.05)
-            stop.set()
+        await _run_until(consumer, lambda c: c["acked"] >= 96)
         await bus.close()
 
     anyio.run(main)
@@ -305,13 +304,7 @@ def test_a_task_reissued_with_a_new_timestamp_is_a_duplicate_not_a_conflict(nats
         other = msgspec.structs.replace(first, prompt="9+9=")
         for i, t in enumerate((first, reissued, other)):
             await bus.publish(bus.names.tasks, t, msg_id=f"copy{i}")  # distinct ids: the server stores all three
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(consumer.run, stop)
-            with anyio.fail_after(30):
-                while consumer.stats.counters["acked"] + consumer.stats.counters["dead_lettered"] < 3:
-                    await anyio.sleep(0.02)
-            stop.set()
+        await _run_until(consumer, lambda c: c["acked"] + c["dead_lettered"] >= 3)
         await bus.close()
         return consumer.stats.counters
 
