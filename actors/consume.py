@@ -5,7 +5,8 @@ Every message ends in exactly one of:
 - ``Ack``: done (the handler's default when it returns ``None``);
 - ``Nak(delay)``: not now, redeliver later (nothing was lost);
 - ``Term(reason)``: never redeliver; the message is dead-lettered first, with the reason;
-- ``in_progress`` is not an outcome but a keep-alive a handler sends during long work.
+- ``in_progress`` is not an outcome but a keep-alive: the consumer's one ticker sends it for
+  every message held past ``keep_alive_every_s`` (the outcome types live in ``delivery.py``).
 
 Messages are untrusted. Before a handler sees one, it must
 
@@ -64,79 +65,35 @@ import asyncio
 import hashlib
 import math
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 import anyio
-import msgspec
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
+
 from rlvr.actors.bus import Bus
 from rlvr.actors.bus_faults import is_transient_bus_fault
+from rlvr.actors.delivery import (
+    Ack,
+    ActorFatalError,
+    ConsumerStats,
+    ConsumerUnavailableError,
+    Delivery,
+    Hold,
+    Nak,
+    Outcome,
+    Term,
+)
 from rlvr.actors.logs import bind_message, get_logger
-from rlvr.actors.tracing import extract_context, passing_on, trace_id_of
+from rlvr.actors.tracing import passing_on, trace_id_of
 from rlvr.protocol import MessageDecodeError
 from rlvr.protocol.subjects import ConsumerDef
 from rlvr.protocol.validate import MessageInvalidError, check_message
 
 T = TypeVar("T")
 log = get_logger("rlvr.consume")
-
-
-class Ack(msgspec.Struct, frozen=True):
-    pass
-
-
-class Nak(msgspec.Struct, frozen=True):
-    delay_s: float = 0.0
-    reason: str = ""
-
-
-class Term(msgspec.Struct, frozen=True):
-    reason: str
-    error_type: str = "Term"
-    kind: str = "term"  # the counter key: dead_letter.<kind>
-
-
-class Hold(msgspec.Struct, frozen=True):
-    """The handler took custody: it will ack or nak the message itself later
-    (the learner acks samples only once a checkpoint holds their step)."""
-
-
-Outcome = Ack | Nak | Term | Hold
-
-
-class ConsumerUnavailableError(RuntimeError):
-    """Pulling from the durable consumer kept failing past ``bus.topology_wait_s``."""
-
-
-class ActorFatalError(RuntimeError):
-    """Raised by a handler when the actor itself cannot go on (its engine died).
-
-    The message in hand is nak'ed for another replica, and the error ends the
-    actor with a non-zero exit instead of failing every message after it.
-    """
-
-
-class Delivery:
-    """What a handler knows about the message it holds."""
-
-    __slots__ = ("headers", "msg", "num_delivered", "received_at", "stream_seq", "trace_context")
-
-    def __init__(self, msg: Msg) -> None:
-        self.msg = msg
-        meta = msg.metadata
-        self.num_delivered: int = meta.num_delivered
-        self.stream_seq: int = meta.sequence.stream
-        self.headers: dict[str, str] = dict(msg.headers or {})
-        self.received_at = time.time()
-        # The producer's span context: a handler starts its span with
-        # ``context=delivery.trace_context`` to continue the trajectory's trace.
-        self.trace_context = extract_context(self.headers)
-
-    async def in_progress(self) -> None:
-        await self.msg.in_progress()
 
 
 # How long the pull loop waits for half the window to free up before it
@@ -147,19 +104,6 @@ DEAD_KINDS = ("malformed", "schema", "version", "invalid", "conflict", "poison",
 # Message ids (and stream sequences) one consumer remembers, for the
 # conflicting-duplicate check and to tell its own give-backs from crashes.
 _REMEMBERED = 65_536
-
-
-class ConsumerStats:
-    def __init__(self) -> None:
-        # ``dead_letter_retrying`` is a level (messages whose dead letter is
-        # failing right now); every other entry only grows.
-        self.counters: Counter[str] = Counter(
-            {k: 0 for k in ("received", "acked", "naked", "dead_lettered", "duplicates", "faults", "bus_retries",
-                            "pull_failures",
-                            "poison_pills",
-                            "dead_letter_failures", "dead_letter_retrying", "settle_failures")}
-        )
-        self.in_flight = 0
 
 
 class _Refused(Exception):
@@ -557,3 +501,9 @@ def _seq(msg: Msg) -> int | None:
         return msg.metadata.sequence.stream
     except Exception:  # not a JetStream message
         return None
+
+
+__all__ = [
+    "DEAD_KINDS", "Ack", "ActorFatalError", "Consumer", "ConsumerStats", "ConsumerUnavailableError", "Delivery",
+    "Hold", "Nak", "Outcome", "Term",
+]
