@@ -199,32 +199,39 @@ def test_a_transient_bus_fault_is_retried_in_place_and_never_makes_a_poison_pill
     assert BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter) == []
 
 
-async def _run_until(consumer: Consumer, done) -> None:
-    """Run ``consumer`` until ``done(its counters)`` holds (polled; 30 s at most), then stop it."""
+async def _run_until(consumer: Consumer, done: anyio.Event) -> None:
+    """Run ``consumer`` until its handlers set ``done`` (30 s at most), then stop
+    it: the drain waits for every message in hand to be settled."""
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         await tg.start(consumer.run, stop)
         with anyio.fail_after(30):
-            while not done(consumer.stats.counters):
-                await anyio.sleep(0.02)
+            await done.wait()
         stop.set()
 
 
 def _held_past_ack_wait(nats_server, keep_alive_every_s):
-    """Deliveries of one message whose handler holds it for 2.5 x ack_wait."""
+    """Deliveries of one message whose handler holds it for 2.5 x ack_wait, or
+    until the server delivers it a second time, whichever comes first."""
     seen: list[int] = []
 
     async def main():
         bus = await _bus(nats_server.url, ack_wait_s=1.0)
+        redelivered, finished = anyio.Event(), anyio.Event()
 
         async def handle(sample: Sample, delivery):
             seen.append(delivery.num_delivered)
-            await anyio.sleep(2.5)  # the long work under test, not a synchronisation
+            if delivery.num_delivered > 1:
+                redelivered.set()
+                return
+            with anyio.move_on_after(2.5):  # the bound of the long work under test
+                await redelivered.wait()
+            finished.set()
 
         consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
                             handle=handle, concurrency=2, keep_alive_every_s=keep_alive_every_s)
         await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
-        await _run_until(consumer, lambda c: c["acked"] >= 1)
+        await _run_until(consumer, finished)
         await bus.close()
 
     anyio.run(main)
@@ -262,14 +269,18 @@ def test_pulls_are_batched_at_half_the_window(nats_server):
 
         bus.pull_subscription = counting_subscription
 
+        handled, all_handled = [], anyio.Event()
+
         async def handle(sample: Sample, delivery):
-            return None
+            handled.append(sample.sample_id)
+            if len(handled) == 96:
+                all_handled.set()
 
         consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
                             handle=handle, concurrency=16)
         for i in range(96):
             await bus.publish(bus.names.rollouts, make_sample(RUN, k=i), msg_id=f"m{i}")
-        await _run_until(consumer, lambda c: c["acked"] >= 96)
+        await _run_until(consumer, all_handled)
         await bus.close()
 
     anyio.run(main)
@@ -294,17 +305,22 @@ def test_a_task_reissued_with_a_new_timestamp_is_a_duplicate_not_a_conflict(nats
     async def main():
         bus = await _bus(nats_server.url)
 
+        sentinel, sentinel_seen = make_task(RUN, k=8), anyio.Event()
+
         async def handle(task: Task, delivery):
+            if task.task_id == sentinel.task_id:
+                sentinel_seen.set()  # one at a time: every copy before it is settled
+                return
             served.append(task.prompt)
 
         consumer = Consumer(bus, bus.consumer_def("rollout"), stage="rollout", decode=lambda d: decode(d, Task),
-                            handle=handle, concurrency=4, meaning=task_meaning)
+                            handle=handle, concurrency=1, meaning=task_meaning)
         first = make_task(RUN, k=7)
         reissued = msgspec.structs.replace(first, created_at=first.created_at + 60, policy_version=3)
         other = msgspec.structs.replace(first, prompt="9+9=")
-        for i, t in enumerate((first, reissued, other)):
-            await bus.publish(bus.names.tasks, t, msg_id=f"copy{i}")  # distinct ids: the server stores all three
-        await _run_until(consumer, lambda c: c["acked"] + c["dead_lettered"] >= 3)
+        for i, t in enumerate((first, reissued, other, sentinel)):
+            await bus.publish(bus.names.tasks, t, msg_id=f"copy{i}")  # distinct ids: the server stores all
+        await _run_until(consumer, sentinel_seen)
         await bus.close()
         return consumer.stats.counters
 
