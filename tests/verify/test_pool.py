@@ -358,3 +358,37 @@ def test_a_hang_inside_a_batch_times_out_alone_and_the_calls_after_it_still_run(
     assert stats["worker_restarts"] == 1.0
     assert stats["outcome_timeout"] == 1.0
     assert stats["batches"] == 2.0  # the calls after the hang went again, together
+
+
+def test_a_batch_of_real_model_answers_gets_the_verdicts_each_would_get_alone():
+    """Batching must not mix answers up: real SmolLM2 answers and hand-written
+    hard forms from the math corpus (labelled by their own review, not shaped
+    for this pool), sent together through one worker, score exactly as the
+    verifier scores each in-process."""
+    import json
+    from pathlib import Path
+
+    from rlvr.verify.math import MathParams, score_math
+
+    corpus = Path(__file__).parent / "data" / "math_corpus.jsonl"
+    cases = [json.loads(line) for line in corpus.read_text().splitlines() if line.strip()][::12][:48]
+    assert {c["family"] for c in cases} >= {"smollm2", "worked_gold"}
+
+    async def main():
+        with anyio.fail_after(120):
+            async with VerifierPool(1, timeout_s=30.0, warm=("math",)) as pool:
+                verdicts = [None] * len(cases)
+
+                async def one(i, c):
+                    verdicts[i] = await pool.verify(VerifierSpec(name="math", params={"gold": c["gold"]}), c["response"])
+
+                async with anyio.create_task_group() as tg:
+                    for i, c in enumerate(cases):
+                        tg.start_soon(one, i, c)
+                return verdicts, pool.stats()
+
+    verdicts, stats = anyio.run(main)
+    alone = [score_math(c["response"], MathParams(gold=c["gold"])) for c in cases]
+    assert [(v.reward, v.outcome) for v in verdicts] == [(a.reward, a.outcome) for a in alone]
+    assert stats["batches"] < len(cases)
+    assert "timeout" not in {v.outcome for v in verdicts}
