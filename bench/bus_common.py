@@ -19,16 +19,15 @@ Not here: starting nats-server or roles, timing, reporting (bus_hop.py).
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
-from pathlib import Path
 
 import msgspec
 
 from rlvr.protocol import Completion, RunNames, Sample, SamplingParams, Scored, VerifierSpec, decode, encode
 from rlvr.protocol.codec import MessageDecodeError
 from rlvr.verify.simple import ExactParams, score_exact
+from verify_scaling import tree_cpu_s  # noqa: F401 (re-exported; bench/ is sys.path[0])
 
 SIZES = ("small", "realistic")
 
@@ -69,26 +68,6 @@ def samples(run: str, tag: str, n: int, size: str, sampled_ratio: float = 1.0, s
         traceparent = f"00-{rng.getrandbits(128) | 1:032x}-{rng.getrandbits(64) | 1:016x}-{flags}"
         out.append((encode(s), {"Nats-Msg-Id": s.sample_id, "traceparent": traceparent}))
     return out
-
-
-def tree_cpu_s(roots: list[int]) -> float:
-    """User + system CPU seconds of ``roots`` and all their live descendants (Linux /proc)."""
-    stats: dict[int, tuple[int, int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                raw = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:  # exited meanwhile
-                continue
-            f = raw[raw.rindex(")") + 2 :].split()
-            stats[int(entry)] = (int(f[1]), int(f[11]) + int(f[12]))  # ppid, utime + stime
-    tree, frontier = set(roots), list(roots)
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, (ppid, _) in stats.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier += children
-    return sum(stats[pid][1] for pid in tree if pid in stats) / os.sysconf("SC_CLK_TCK")
 
 
 def _score(sample: Sample) -> Scored:
