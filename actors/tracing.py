@@ -89,10 +89,10 @@ def make_provider(
     """The tracer provider a process with these settings uses; None when it
     has nothing to export (exporter "none" and no OTLP endpoint).
 
-    With no provider, the API's no-op tracer costs next to nothing, and its
-    spans carry the incoming context unchanged: this hop passes the
-    trajectory's ``traceparent`` on, so a downstream role that does export
-    still joins the same trace.
+    With no provider, the API's no-op tracer costs next to nothing, nothing
+    is extracted, and ``inject_headers`` copies the incoming ``traceparent``
+    (``passing_on``) onto what this hop publishes, so a downstream role that
+    does export still joins the same trace.
     """
     otlp = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
     if exporter == "none" and not otlp:
