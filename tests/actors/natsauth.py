@@ -80,7 +80,7 @@ def start_server(conf: Path, log_path: Path, env: dict | None = None, args: tupl
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_server(proc)
             raise AssertionError(f"nats-server did not start:\n{text}")
-        time.sleep(0.02)
+        time.sleep(0.02)  # another process: its log saying so is the only sign it is ready
     return proc, int(re.search(r"client connections on [^:\s]+:(\d+)", text).group(1))
 
 

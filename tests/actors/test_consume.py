@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.consume import Consumer, Nak
 from rlvr.protocol import DeadLetter, RunNames, Sample, decode
+from tests.actors.deadwatch import DeadLetterWatch
 from tests.busclient import BusClient
 from tests.factories import make_sample
 
@@ -21,30 +24,37 @@ async def _bus(url: str, **bus) -> Bus:
     return b
 
 
+async def _run_until(consumer: Consumer, done: anyio.Event | Callable[[], Awaitable[object]],
+                     timeout_s: float = 30) -> None:
+    """Run ``consumer`` until ``done`` is set by its handlers (or, given a wait
+    such as ``DeadLetterWatch.until``, until that returns; ``timeout_s`` at most),
+    then stop it: the drain waits for every message in hand to be settled, so
+    its counters are final when this returns."""
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(consumer.run, stop)
+        with anyio.fail_after(timeout_s):
+            await (done.wait() if isinstance(done, anyio.Event) else done())
+        stop.set()
+
+
 def test_a_message_that_keeps_failing_is_dead_lettered_as_a_poison_pill_by_max_deliver(nats_server):
     deliveries: list[int] = []
 
     async def main():
         bus = await _bus(nats_server.url)
-        done = anyio.Event()
+        dead = DeadLetterWatch(bus)
 
         async def handle(sample: Sample, delivery) -> None:
             deliveries.append(delivery.num_delivered)
-            if delivery.num_delivered == 3:
-                done.set()
             raise RuntimeError("backend unavailable")
 
         consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify",
                             decode=lambda d: decode(d, Sample), handle=handle, concurrency=2)
         await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(consumer.run, stop)
-            with anyio.fail_after(30):
-                await done.wait()
-                while consumer.stats.counters["dead_lettered"] < 1:
-                    await anyio.sleep(0.02)
-            stop.set()
+        # The letter stored in DEAD is the end of the story: the message is termed
+        # (the drain waits for that), so no fourth delivery can follow it.
+        await _run_until(consumer, lambda: dead.until(lambda w: w.stored >= 1))
         await bus.close()
         return consumer.stats.counters
 
@@ -146,14 +156,11 @@ def test_a_message_whose_holders_keep_dying_is_dead_lettered_as_a_poison_pill_un
         async def handle(sample: Sample, delivery) -> None:
             handled.append(sample.sample_id)
 
+        dead = DeadLetterWatch(bus)
         consumer = Consumer(bus, cd, stage="verify", decode=lambda d: decode(d, Sample), handle=handle, concurrency=1)
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(consumer.run, stop)
-            with anyio.fail_after(30):
-                while consumer.stats.counters["poison_pills"] < 1:
-                    await anyio.sleep(0.02)
-            stop.set()
+        # Its third delivery is dead-lettered before any handler runs, and termed
+        # (the drain waits for that): the handler can never see it after this.
+        await _run_until(consumer, lambda: dead.until(lambda w: w.stored >= 1))
         await bus.close()
         return consumer.stats.counters, msg.metadata.num_delivered
 
@@ -173,22 +180,20 @@ def test_a_transient_bus_fault_is_retried_in_place_and_never_makes_a_poison_pill
 
     async def main():
         bus = await _bus(nats_server.url)  # max_deliver 3: three failing deliveries would be a poison pill
+        succeeded = anyio.Event()
 
         async def handle(sample: Sample, delivery) -> None:
             attempts.append(delivery.num_delivered)
             if len(attempts) <= 5:
                 raise ServiceUnavailableError(code=503, description="insufficient resources")
+            succeeded.set()  # the drain then waits for its ack
 
         consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify",
                             decode=lambda d: decode(d, Sample), handle=handle, concurrency=2)
         await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(consumer.run, stop)
-            with anyio.fail_after(60):
-                while consumer.stats.counters["acked"] < 1:
-                    await anyio.sleep(0.02)
-            stop.set()
+        # Five retries back off for about 5 s in all, past ack_wait (5 s): a
+        # redelivery would show in ``attempts`` before the success, never after it.
+        await _run_until(consumer, succeeded, timeout_s=60)
         await bus.close()
         return consumer.stats.counters
 
@@ -197,17 +202,6 @@ def test_a_transient_bus_fault_is_retried_in_place_and_never_makes_a_poison_pill
     assert counters["acked"] == 1 and counters["bus_retries"] == 5
     assert counters["faults"] == 0 and counters["poison_pills"] == 0 and counters["dead_lettered"] == 0
     assert BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter) == []
-
-
-async def _run_until(consumer: Consumer, done: anyio.Event) -> None:
-    """Run ``consumer`` until its handlers set ``done`` (30 s at most), then stop
-    it: the drain waits for every message in hand to be settled."""
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        await tg.start(consumer.run, stop)
-        with anyio.fail_after(30):
-            await done.wait()
-        stop.set()
 
 
 def _held_past_ack_wait(nats_server, keep_alive_every_s):

@@ -22,6 +22,7 @@ from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.consume import Consumer, Delivery
 from rlvr.learner.groups import GroupAssembler, filter_group
 from rlvr.protocol import DeadLetter, RunNames, Scored, check_message, check_token_ids_in_vocab, decode, encode
+from tests.actors.deadwatch import DeadLetterWatch
 from tests.actors.test_poison import BUS, MAX_PAYLOAD, server, scored_poisons  # noqa: F401 (fixture)
 from tests.busclient import BusClient
 from tests.factories import make_scored
@@ -47,6 +48,7 @@ def test_learner_path_dead_letters_a_poison_scored_counts_it_and_trains_the_next
         bus = await Bus.connect(NatsConfig(url=server.url), BusConfig(**BUS), RunNames(RUN), "learn-test")
         await bus.ensure_topology()
         assembler = GroupAssembler(group_timeout_s=600)
+        group_kept, dead = anyio.Event(), DeadLetterWatch(bus)
 
         async def on_scored(scored: Scored, delivery: Delivery) -> None:
             handled.append(scored.sample_id)
@@ -55,6 +57,7 @@ def test_learner_path_dead_letters_a_poison_scored_counts_it_and_trains_the_next
                 result = filter_group(group, current_version=0, max_staleness=1, dynamic_sampling=True,
                                       zero_variance_eps=1e-6)
                 kept.extend(sc.sample_id for _, sc in result.kept)
+                group_kept.set()  # the drain then waits for its ack
 
         consumer = Consumer(bus, bus.consumer_def("learn"), stage="learn", decode=lambda d: decode(d, Scored),
                             handle=on_scored, concurrency=16, validate=learner_validate)
@@ -71,8 +74,8 @@ def test_learner_path_dead_letters_a_poison_scored_counts_it_and_trains_the_next
                 good = make_scored(RUN, k=k, i=i, reward=reward, n=2)
                 await bus.js.publish(bus.names.scored, encode(good), headers={"Nats-Msg-Id": good.sample_id})
             with anyio.fail_after(30):
-                while len(kept) < 2 or consumer.stats.counters[f"dead_letter.{case.kind}"] < 1:
-                    await anyio.sleep(0.02)
+                await group_kept.wait()
+                await dead.until(lambda w: w.stored >= 1)  # the drain waits for its term and count
             stop.set()
         await bus.close()
         return consumer.stats.counters
