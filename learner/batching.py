@@ -1,15 +1,31 @@
 """Pack training samples into micro-batches by token count and build tensors.
 
 A step's samples differ a lot in length, so a fixed number of samples per
-micro-batch either wastes memory on padding or runs out of it. Samples are
-sorted longest first and packed greedily into micro-batches whose padded
-size (rows x longest row) stays within ``micro_batch_tokens``. Packing is a
-pure function of the lengths, so the same batch always gives the same
-micro-batches (the exactly-once test compares weights bit for bit).
+micro-batch either wastes memory on padding or runs out of it. Two layouts,
+both pure functions of the lengths, so the same batch always gives the same
+micro-batches (the exactly-once test compares weights bit for bit):
 
-Rows are right-padded. Position t of the model's logits predicts token
-t + 1, so every per-token tensor here is aligned with the *targets*
-``input_ids[:, 1:]`` and has length T - 1.
+- padded (``pack_by_tokens``, ``build_micro_batch``): samples sorted longest
+  first, grouped greedily so rows x longest row <= ``micro_batch_tokens``,
+  one right-padded row per sample.
+- packed (``pack_by_sum``, ``build_packed_micro_batch``): first-fit
+  decreasing into groups whose token *sum* is <= ``micro_batch_tokens``;
+  a group is one row of its samples concatenated, with no padding at all.
+  ``position_ids`` restart at 0 for each sample and the model is called with
+  ``attention_mask=None``: transformers (5.x, ``masking_utils.
+  find_packed_sequence_indices``) then keeps attention within each sample
+  (sdpa and eager build a block-causal mask; flash-attention turns the same
+  position_ids into sequence boundaries). The packed plan never has more
+  groups than the padded plan of the same lengths (``pack_by_sum``), which
+  is what learner/rank_commands.py counts to even out data-parallel passes.
+
+Position t of the model's logits predicts token t + 1. Every per-token
+tensor of a micro-batch (loss mask, behaviour log-probs, and the log-probs
+the engine computes) is in the *per-sample* layout [B, T-1], aligned with
+each sample's targets ``ids[1:]``, T the longest sample, whatever the layout
+of the model's input: a packed micro-batch maps the row's per-target values
+back with ``MicroBatch.unpack``, so the losses, their aggregations, KL and
+entropy see exactly the tensors of the padded layout.
 
 Not covered: which samples form a batch (the learner actor) and what the
 model does with the tensors (engine.py).
@@ -45,17 +61,48 @@ class TrainItemMalformedError(ValueError):
 
 @dataclass(frozen=True)
 class MicroBatch:
-    input_ids: torch.Tensor  # [B, T] int64, right-padded
-    attention_mask: torch.Tensor  # [B, T] int64
+    input_ids: torch.Tensor  # [R, W] int64, the model's rows: R = B right-padded, or R = 1 packed
+    attention_mask: torch.Tensor  # [R, W] int64, 1 on real tokens
     loss_mask: torch.Tensor  # [B, T-1] bool: target is a completion token
     behaviour_logprobs: torch.Tensor  # [B, T-1] float32, 0 off the loss mask
     advantages: torch.Tensor  # [B] float32
     sample_ids: tuple[str, ...]
+    # Packed only: [1, W] int64 positions, restarting at 0 for each sample
+    # (None: padded rows, the model numbers positions itself).
+    position_ids: torch.Tensor | None = None
 
     @property
     def tokens(self) -> int:
         """Non-padding tokens (prompt and completion) in the micro-batch."""
         return int(self.attention_mask.sum())
+
+    @property
+    def computed_tokens(self) -> int:
+        """Positions the model runs over, padding included."""
+        return self.input_ids.numel()
+
+    @property
+    def sample_lengths(self) -> list[int]:
+        """Each sample's own length (prompt + completion), in sample order."""
+        if self.position_ids is None:
+            return [int(n) for n in self.attention_mask.sum(-1).tolist()]
+        starts = (self.position_ids[0] == 0).nonzero().squeeze(-1).tolist() + [self.position_ids.shape[1]]
+        return [b - a for a, b in zip(starts, starts[1:])]
+
+    def unpack(self, per_target: torch.Tensor) -> torch.Tensor:
+        """Per-target values of the model's rows [R, W-1] in the per-sample
+        layout [B, T-1], 0 past each sample's end; the identity when padded.
+        Differentiable: the gradient flows back to the packed positions."""
+        if self.position_ids is None:
+            return per_target
+        lengths = torch.tensor(self.sample_lengths)  # [B]
+        starts = torch.cumsum(lengths, 0) - lengths  # [B]: row offset of each sample
+        steps = torch.arange(self.loss_mask.shape[1])  # [T-1]
+        valid = steps.unsqueeze(0) < (lengths - 1).unsqueeze(1)  # [B, T-1]
+        # Target j of a sample is predicted at row position start + j.
+        index = torch.where(valid, starts.unsqueeze(1) + steps.unsqueeze(0), 0).to(per_target.device)
+        values = per_target[0][index]  # [B, T-1]
+        return torch.where(valid.to(per_target.device), values, values.new_zeros(()))
 
 
 def check_item(item: TrainBatchItem) -> None:
@@ -87,6 +134,57 @@ def pack_by_tokens(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return groups
 
 
+def pack_by_sum(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group sample indices so each group's token sum <= max_tokens.
+
+    First-fit decreasing: longest first, each into the first group with
+    room; a sample longer than ``max_tokens`` alone in its group.
+    Deterministic: ties keep the input order, as do groups' members.
+
+    Never more groups than ``pack_by_tokens(lengths, max_tokens)``: that
+    plan is consecutive runs of the same order, each a valid sum group;
+    next-fit over that order keeps ahead of it run for run (a run's tail
+    fits wherever its head did), and first fit never opens more groups
+    than next fit (within one of next fit's runs it opens at most one).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    loads: list[int] = []
+    for i in order:
+        n = lengths[i]
+        slot = next((g for g, load in enumerate(loads) if load + n <= max_tokens), None)
+        if slot is None:
+            groups.append([i])
+            loads.append(n)
+        else:
+            groups[slot].append(i)
+            loads[slot] += n
+    return groups
+
+
+def build_packed_micro_batch(items: Sequence[TrainBatchItem]) -> MicroBatch:
+    """One row: the samples concatenated, positions restarting at 0 for each."""
+    rows = len(items)
+    lengths = [len(it.prompt_ids) + len(it.completion_ids) for it in items]
+    width = max(lengths)
+    loss_mask = torch.zeros((rows, width - 1), dtype=torch.bool)
+    behaviour = torch.zeros((rows, width - 1), dtype=torch.float32)
+    for r, it in enumerate(items):
+        p, c = len(it.prompt_ids), len(it.completion_ids)
+        loss_mask[r, p - 1 : p + c - 1] = True
+        behaviour[r, p - 1 : p + c - 1] = torch.tensor(it.behaviour_logprobs, dtype=torch.float32)
+    ids = [t for it in items for t in it.prompt_ids + it.completion_ids]
+    return MicroBatch(
+        input_ids=torch.tensor([ids], dtype=torch.int64),
+        attention_mask=torch.ones((1, len(ids)), dtype=torch.int64),
+        loss_mask=loss_mask,
+        behaviour_logprobs=behaviour,
+        advantages=torch.tensor([it.advantage for it in items], dtype=torch.float32),
+        sample_ids=tuple(it.sample_id for it in items),
+        position_ids=torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths]).unsqueeze(0),
+    )
+
+
 def build_micro_batch(items: Sequence[TrainBatchItem], pad_token_id: int) -> MicroBatch:
     rows = len(items)
     width = max(len(it.prompt_ids) + len(it.completion_ids) for it in items)
@@ -111,13 +209,17 @@ def build_micro_batch(items: Sequence[TrainBatchItem], pad_token_id: int) -> Mic
     )
 
 
-def micro_batches(items: Sequence[TrainBatchItem], max_tokens: int, pad_token_id: int) -> list[MicroBatch]:
-    """Validate, pack and tensorise a step's samples."""
+def micro_batches(
+    items: Sequence[TrainBatchItem], max_tokens: int, pad_token_id: int, *, packed: bool = False
+) -> list[MicroBatch]:
+    """Validate, group and tensorise a step's samples: packed rows, or right-padded ones."""
     if not items:
         raise TrainBatchEmptyError("a training step needs at least one sample")
     for it in items:
         check_item(it)
     lengths = [len(it.prompt_ids) + len(it.completion_ids) for it in items]
+    if packed:
+        return [build_packed_micro_batch([items[i] for i in g]) for g in pack_by_sum(lengths, max_tokens)]
     return [build_micro_batch([items[i] for i in g], pad_token_id) for g in pack_by_tokens(lengths, max_tokens)]
 
 
@@ -134,8 +236,10 @@ __all__ = [
     "TrainBatchItem",
     "TrainItemMalformedError",
     "build_micro_batch",
+    "build_packed_micro_batch",
     "check_item",
     "micro_batches",
+    "pack_by_sum",
     "pack_by_tokens",
     "sft_items",
 ]

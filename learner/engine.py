@@ -1,7 +1,8 @@
 """The learner's training engine: a Hugging Face causal LM under DeepSpeed.
 
-One optimizer step per call: the step's samples are packed into
-micro-batches by token count (batching.py), log-probs are recomputed under
+One optimizer step per call: the step's samples are grouped into
+micro-batches by token count (batching.py), packed into one row each
+(``pack_sequences``, the default) or right-padded, log-probs are recomputed under
 the current weights at the sampling temperature, the policy loss (algos/)
 is back-propagated micro-batch by micro-batch, and DeepSpeed reduces,
 clips and applies the gradients once. The same engine runs the cold-start
@@ -42,10 +43,10 @@ from rlvr.actors.logs import get_logger
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
 from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
-from rlvr.learner.flops import throughput_metrics
+from rlvr.learner.flops import sequence_throughput_metrics
 from rlvr.learner.lora import base_load_kwargs, merged_state_dict, trainable_parameters, with_lora, write_adapter
 from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
-from rlvr.learner.token_logprobs import token_logprobs
+from rlvr.learner.token_logprobs import micro_batch_logprobs
 
 LATEST = "LATEST"  # names the committed checkpoint tag; written atomically after the tag is complete
 # Why an optimizer step was skipped (``LearnerEngine.skipped_steps`` keys).
@@ -55,6 +56,10 @@ log = get_logger("rlvr.engine")
 
 class CheckpointLoadError(RuntimeError):
     """A committed checkpoint exists but DeepSpeed could not load it."""
+
+
+class PackingUnsupportedError(ValueError):
+    """``pack_sequences`` is on but the model lets packed samples see each other."""
 
 
 def ensure_dist_env() -> None:
@@ -198,6 +203,33 @@ class LearnerEngine:
         self._device = self.ds.device
         if self._ref is not None:
             self._ref.to(self._device)
+        if cfg.pack_sequences:
+            self._check_packing()
+
+    def _check_packing(self) -> None:
+        """Refuse packing when this model (its attention implementation) does
+        not keep the samples of a packed row apart: two short samples must get
+        the same log-probs packed as padded. One tiny forward, on every rank."""
+        vocab = self.vocab_size
+        items = [TrainBatchItem([1 % vocab, 2 % vocab, 3 % vocab], [4 % vocab, 5 % vocab, 6 % vocab],
+                                [0.0] * 3, 0.0, "a"),
+                 TrainBatchItem([7 % vocab], [8 % vocab, 9 % vocab], [0.0] * 2, 0.0, "b")]
+        self.ds.eval()
+        with torch.no_grad():
+            got = []
+            for packed in (True, False):
+                mb = micro_batches(items, 1 << 62, self.cfg.pad_token_id, packed=packed)[0]
+                logp, _ = self._token_logprobs(mb, self.ds, 1.0)
+                got.append(logp[mb.loss_mask.to(self._device)].float())
+        err = float((got[0] - got[1]).abs().max())
+        if err > (5e-2 if self.cfg.bf16 else 1e-4):
+            attn = getattr(self.ds.module.config, "_attn_implementation", None)
+            self.close()
+            raise PackingUnsupportedError(
+                f"learn.engine.pack_sequences = true, but {self.cfg.model_path} (attention {attn!r}) gives "
+                f"packed samples log-probs {err:.3g} away from padded ones: its attention does not keep "
+                "packed samples apart; set learn.engine.pack_sequences = false"
+            )
 
     @property
     def step(self) -> int:
@@ -220,13 +252,12 @@ class LearnerEngine:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """log softmax(logits / T) of each target token: [B, T-1], and the entropy of that distribution."""
         # Chunked over tokens (token_logprobs.py): never [B, T, V] fp32 logits at once.
-        ids = mb.input_ids.to(self._device)  # [B, T]
-        return token_logprobs(module, ids, mb.attention_mask.to(self._device), temperature, with_entropy=with_entropy)
+        return micro_batch_logprobs(module, mb, temperature, self._device, with_entropy=with_entropy)
 
     def logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Per-token log-probs of ``completion_ids`` at the configured temperature."""
         item = TrainBatchItem(list(prompt_ids), list(completion_ids), [0.0] * len(completion_ids), 0.0, "probe")
-        mb = micro_batches([item], 1 << 62, self.cfg.pad_token_id)[0]
+        mb = micro_batches([item], 1 << 62, self.cfg.pad_token_id, packed=self.cfg.pack_sequences)[0]
         self.ds.eval()
         with torch.no_grad():
             logp, _ = self._token_logprobs(mb, self.ds, self.cfg.temperature)
@@ -290,7 +321,8 @@ class LearnerEngine:
                       note="non-finite numbers never reach the weights; the batch is not trained on")
         self._step += 1
         elapsed = time.perf_counter() - started
-        tokens = sum(mb.tokens for mb in mbs)
+        tokens = sum(mb.tokens for mb in mbs)  # real tokens only: padding is no work done
+        computed = sum(mb.computed_tokens for mb in mbs)
         return {
             "step": float(self._step),
             "lr": lr,
@@ -301,9 +333,11 @@ class LearnerEngine:
             "response_tokens": float(sum(int(mb.loss_mask.sum()) for mb in mbs)),
             "step_time_s": elapsed,
             "tokens_per_s": tokens / max(elapsed, 1e-9),
+            # Share of the positions the model ran over that were padding (0 when packed).
+            "padding_fraction": (computed - tokens) / max(computed, 1),
             # Model TFLOP/s (6N + attention per token) and, for bf16 on a known GPU, MFU: learner/flops.py.
-            **throughput_metrics(self.ds.module, [mb.attention_mask for mb in mbs], elapsed, self._device,
-                                 bf16=self.cfg.bf16),
+            **sequence_throughput_metrics(self.ds.module, [n for mb in mbs for n in mb.sample_lengths], elapsed,
+                                          self._device, bf16=self.cfg.bf16),
             "step_skipped": 1.0 if skip else 0.0,
             **{f"skipped_steps_{k}": float(v) for k, v in self.skipped_steps.items()},
         }
@@ -404,7 +438,8 @@ class LearnerEngine:
     def _micro_batches(self, items: list[TrainBatchItem], min_micro_batches: int) -> list[MicroBatch]:
         if not items and min_micro_batches > 0:
             return []  # a data-parallel rank with no share this step: padding only
-        return micro_batches(items, self.cfg.micro_batch_tokens, self.cfg.pad_token_id)
+        return micro_batches(items, self.cfg.micro_batch_tokens, self.cfg.pad_token_id,
+                             packed=self.cfg.pack_sequences)
 
     def _padding(self, count: int) -> list[MicroBatch]:
         """Empty micro-batches: two pad tokens, no loss token, so the loss is
@@ -522,6 +557,7 @@ class LearnerEngine:
 __all__ = [
     "CheckpointLoadError",
     "LearnerEngine",
+    "PackingUnsupportedError",
     "TrainBatchItem",
     "deepspeed_config",
     "ensure_dist_env",

@@ -9,9 +9,10 @@ where N counts the parameters that multiply activations (all of them,
 except the input embedding table when it is not tied to the output head:
 a lookup is no matmul), L is the number of layers, d the hidden size, and
 the second term is attention's QK^T and AV products (not halved for the
-causal mask, as in PaLM). S is each row's own non-padding length, so a
-step's FLOPs are 6 * N * tokens + 12 * L * d * sum over rows of S^2.
-Padding, the recomputation of gradient checkpointing and of the chunked
+causal mask, as in PaLM). S is each sample's own length (a padded row's
+non-padding length; in a packed row each sample attends only within
+itself), so a step's FLOPs are 6 * N * tokens + 12 * L * d * sum over
+samples of S^2. Padding, the recomputation of gradient checkpointing and of the chunked
 log-probs, and the reference model's forward are not counted: those are
 hardware FLOPs, not model FLOPs.
 
@@ -89,10 +90,20 @@ def throughput_metrics(
     model: torch.nn.Module, attention_masks: Sequence[torch.Tensor], seconds: float, device: torch.device, *, bf16: bool
 ) -> dict[str, float]:
     """``model_tflops_per_s`` of a step over these micro-batches' attention
-    masks ([B, T] each), and ``mfu`` when the device's peak is known."""
-    config = model.config
+    masks ([B, T] each, one right-padded sample per row), and ``mfu`` when
+    the device's peak is known."""
     lengths = [int(n) for mask in attention_masks for n in mask.sum(-1).tolist()]
-    flops = step_flops(matmul_parameters(model), config.num_hidden_layers, config.hidden_size, lengths)
+    return sequence_throughput_metrics(model, lengths, seconds, device, bf16=bf16)
+
+
+def sequence_throughput_metrics(
+    model: torch.nn.Module, sample_lengths: Sequence[int], seconds: float, device: torch.device, *, bf16: bool
+) -> dict[str, float]:
+    """As ``throughput_metrics``, from each sample's own length: what a packed
+    row needs, as its samples attend within themselves (S is the sample's
+    length, never the row's)."""
+    config = model.config
+    flops = step_flops(matmul_parameters(model), config.num_hidden_layers, config.hidden_size, sample_lengths)
     tflops = flops / max(seconds, 1e-9) / 1e12
     out = {"model_tflops_per_s": tflops}
     peak = peak_bf16_tflops(device) if bf16 else None
@@ -106,6 +117,7 @@ __all__ = [
     "matmul_parameters",
     "peak_bf16_tflops",
     "peak_for_device_name",
+    "sequence_throughput_metrics",
     "step_flops",
     "throughput_metrics",
 ]

@@ -21,7 +21,12 @@ in one fp32 buffer in place where autograd's chain would keep several.
 ``full_logits_logprobs`` is the previous computation, kept as the reference
 the tests and ``bench/learner_memory.py`` compare against.
 
-Not covered: the policy loss (algos/), packing (batching.py), fused
+Packed rows (batching.py) come with ``position_ids`` and no attention mask:
+the model then keeps attention within each sample (transformers' packed
+sequence detection); the log-probs come back in the row's layout and the
+engine maps them to samples (``MicroBatch.unpack``).
+
+Not covered: the policy loss (algos/), grouping samples (batching.py), fused
 linear + cross-entropy kernels (a CPU-testable pure-torch path was chosen).
 """
 
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from rlvr.learner.batching import MicroBatch
 
 # Positions per chunk: at V = 151,936 one chunk of fp32 logits is
 # 1024 x 151,936 x 4 B = 0.62 GB; a chunk's forward holds about three such
@@ -57,7 +64,10 @@ def output_head(module: torch.nn.Module) -> torch.nn.Module:
 
 
 def final_hidden_states(
-    module: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    module: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The last decoder layer's normed output: [B, T, H].
 
@@ -65,11 +75,13 @@ def final_hidden_states(
     is one) so the engine's forward bookkeeping and backward hooks run.
     ``hidden_states[-1]`` is the model's ``last_hidden_state`` (after the
     final norm) in transformers 5; ``logits_to_keep=1`` leaves the head's own
-    projection at [B, 1, V], unused.
+    projection at [B, 1, V], unused. Packed rows: ``attention_mask`` None and
+    ``position_ids`` restarting at 0 for each sample.
     """
     out = module(
         input_ids=input_ids,
         attention_mask=attention_mask,
+        position_ids=position_ids,
         use_cache=False,
         output_hidden_states=True,
         logits_to_keep=1,
@@ -164,18 +176,43 @@ def head_logprobs(
 def token_logprobs(
     module: torch.nn.Module,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     temperature: float,
     *,
     with_entropy: bool = False,
     chunk_tokens: int = LOGPROB_CHUNK_TOKENS,
+    position_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """input_ids, attention_mask [B, T] -> logp of ids[:, 1:] [B, T-1], entropy [B, T-1] or None."""
-    hidden = final_hidden_states(module, input_ids, attention_mask)  # [B, T, H]
+    """input_ids, attention_mask [B, T] -> logp of ids[:, 1:] [B, T-1], entropy [B, T-1] or None.
+
+    Packed rows: ``attention_mask=None`` and ``position_ids`` [B, T]; a
+    position that ends a sample then "predicts" the next sample's first
+    token, a value the caller drops."""
+    hidden = final_hidden_states(module, input_ids, attention_mask, position_ids)  # [B, T, H]
     return head_logprobs(
         output_head(module), hidden[:, :-1], input_ids[:, 1:], temperature,
         with_entropy=with_entropy, chunk_tokens=chunk_tokens,
     )
+
+
+def micro_batch_logprobs(
+    module: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    device: torch.device,
+    *,
+    with_entropy: bool = False,
+    chunk_tokens: int = LOGPROB_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A micro-batch's log-probs and entropy in its per-sample layout [B, T-1],
+    whether its rows are padded or packed."""
+    ids = mb.input_ids.to(device)  # [R, W]
+    if mb.position_ids is None:
+        return token_logprobs(module, ids, mb.attention_mask.to(device), temperature,
+                              with_entropy=with_entropy, chunk_tokens=chunk_tokens)
+    logp, entropy = token_logprobs(module, ids, None, temperature, with_entropy=with_entropy,
+                                   chunk_tokens=chunk_tokens, position_ids=mb.position_ids.to(device))  # [1, W-1]
+    return mb.unpack(logp), (mb.unpack(entropy) if entropy is not None else None)
 
 
 def full_logits_logprobs(
@@ -199,6 +236,7 @@ __all__ = [
     "final_hidden_states",
     "full_logits_logprobs",
     "head_logprobs",
+    "micro_batch_logprobs",
     "output_head",
     "token_logprobs",
 ]
