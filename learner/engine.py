@@ -221,6 +221,8 @@ class LearnerEngine:
                 mb = micro_batches(items, 1 << 62, self.cfg.pad_token_id, packed=packed)[0]
                 logp, _ = self._token_logprobs(mb, self.ds, 1.0)
                 got.append(logp[mb.loss_mask.to(self._device)].float())
+        # ZeRO-3 keeps what a forward pass gathered until the next one: give it back now.
+        self.ds.empty_partition_cache()
         err = float((got[0] - got[1]).abs().max())
         if err > (5e-2 if self.cfg.bf16 else 1e-4):
             attn = getattr(self.ds.module.config, "_attn_implementation", None)
