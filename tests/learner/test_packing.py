@@ -116,7 +116,6 @@ def run_step(model, ref, items, *, packed: bool, budget: int, loss_cfg: PolicyLo
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("aggregation", sorted(AGGREGATIONS))
 def test_packed_matches_padded_in_logprobs_loss_and_gradients(arch, attn, aggregation):
-    torch.set_num_threads(1)
     model, ref = tiny_model(arch, torch.float32), tiny_model(arch, torch.float32)
     with torch.no_grad():
         for p in ref.parameters():
