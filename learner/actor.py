@@ -370,7 +370,7 @@ class LearnActor:
         while True:  # a full store or a leader election delays the broadcast; it does not end the run
             try:
                 await self.trainer.publish(bus, self.out / "weights", self.state.version, self.state.step,
-                                           self.cfg.weights_transport)
+                                           self.cfg.weights_transport, self.cfg.keep_weights_every)
                 break
             except Exception as e:
                 if not is_transient_bus_fault(e) or time.monotonic() > deadline:

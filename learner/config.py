@@ -35,6 +35,13 @@ class ArithmeticDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="ar
     pad_operands: bool = True
     # Verifier that scores the answers; "{gold}" in its params becomes the answer.
     verifier: VerifierSpec = VerifierSpec(name="exact", params={"gold": "{gold}"})
+    # "bare": the prompt is the problem itself ("12+7="), for models that continue text.
+    # "chat": one user message through the model's chat template, worded by `question`
+    # (for instruct models; operands are then written without padding).
+    prompt_style: Literal["bare", "chat"] = "bare"
+    # The user message of prompt_style "chat": "{a}", "{op}" and "{b}" are replaced
+    # (op as +, - or \times).
+    question: str = "What is {a} {op} {b}? Put the final answer in \\boxed{}."
 
 
 class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl", tag_field="kind"):
@@ -160,6 +167,10 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     weights_transport: Literal["object_store", "path"] = "object_store"
     # Checkpoint every this many optimizer steps (samples count as consumed only then).
     checkpoint_every: PositiveInt = 10
+    # Also keep every this many exported policy versions in the learner's weights/v<N>, for
+    # offline evaluation: full HF folders (`rlvr-actor eval --checkpoint`) or LoRA adapters
+    # (bench/smollm2_learning.py). 0 = keep only the last two, which the broadcast needs.
+    keep_weights_every: Annotated[int, Meta(ge=0)] = 0
     # Task order: "none" (seeded shuffle per epoch), "by_level" (easy first),
     # "pass_rate" (skip prompts the policy always or never solves).
     curriculum: Literal["none", "by_level", "pass_rate"] = "none"

@@ -26,12 +26,13 @@ import msgspec
 
 from rlvr.learner.config import ArithmeticDataset, BuiltinDataset, DatasetConfig, JsonlDataset
 from rlvr.protocol import SamplingParams, Task, VerifierSpec
+from rlvr.protocol.tasks import ChatMessage
 
 
 class TaskSpec(msgspec.Struct, frozen=True):
     dataset: str
     index: int
-    prompt: str
+    prompt: str | list[ChatMessage]
     verifier: VerifierSpec
     level: int | None = None
     # A reference response for supervised warm-up (the answer, or a worked solution).
@@ -123,13 +124,19 @@ def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
     if cfg.holdout >= len(problems):
         raise DatasetError(f"holdout {cfg.holdout} >= {len(problems)} possible problems")
 
+    def prompt(a: int, op: str, b: int) -> str | list[ChatMessage]:
+        if cfg.prompt_style == "chat":
+            shown = {"*": "\\times"}.get(op, op)
+            return [ChatMessage("user", cfg.question.replace("{a}", str(a)).replace("{op}", shown).replace("{b}", str(b)))]
+        return f"{a:0{width}d}{op}{b:0{width}d}=" if cfg.pad_operands else f"{a}{op}{b}="
+
     def spec(i: int, p: tuple[int, str, int]) -> TaskSpec:
         a, op, b = p
         gold = str(arithmetic_answer(a, op, b))
         return TaskSpec(
             dataset="arithmetic",
             index=i,
-            prompt=f"{a:0{width}d}{op}{b:0{width}d}=" if cfg.pad_operands else f"{a}{op}{b}=",
+            prompt=prompt(a, op, b),
             verifier=fill_spec(cfg.verifier, gold=gold),
             level=len(str(max(a, b))),
             reference=gold,

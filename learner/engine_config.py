@@ -94,12 +94,14 @@ class TrainEngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
     micro_batch_tokens: Annotated[int, Meta(gt=0)] = 4096
     # Pack each micro-batch's samples into one row (positions restart per sample, attention stays
     # within each sample) instead of right-padding one row per sample: no compute spent on padding.
-    # On by default because log-probs, entropy, every loss aggregation and the gradients equal the
-    # padded layout's (tests/learner/test_packing.py: Llama and Qwen2, sdpa and eager, fp32 1e-5).
-    # sdpa/eager attend a packed row as one masked row x row block (flash-attention skips the
-    # cross-sample part): mind micro_batch_tokens^2 attention scores per head on those paths.
-    # The engine checks at start that the model keeps packed samples apart, and refuses otherwise.
-    pack_sequences: bool = True
+    # Log-probs, entropy, every loss aggregation and the gradients equal the padded layout's
+    # (tests/learner/test_packing.py: Llama and Qwen2, sdpa and eager, fp32 1e-5), and the engine
+    # checks at start that the model keeps packed samples apart, refusing otherwise. Off by
+    # default: the models load with sdpa attention, which attends a packed row as one masked
+    # row x row block, so a 4096-token row of 100-token samples does ~40x the attention work of
+    # its samples (and no faster: bench/learner_packing.py measured 1.02x tokens/s, 1.28x memory).
+    # Length-sorted padding already wastes little (11% there). Worth it with flash-attention.
+    pack_sequences: bool = False
     # Learning rate, betas, weight decay.
     optimizer: OptimizerConfig = OptimizerConfig()
     # Learning-rate schedule over optimizer steps: type = "constant" | "cosine", both with warm-up.

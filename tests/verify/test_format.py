@@ -61,3 +61,32 @@ def test_duplicate_or_malformed_tags_are_spec_errors():
         verdict("x", tags=["a", "a"])
     with pytest.raises(VerifierSpecError, match=r"at `\$.tags\[0\]`"):
         verdict("x", tags=["<a>"])
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("7 + 12 = 19, so the answer is \\boxed{19}.", ""),
+        ("\\boxed{-5}", ""),
+        ("\\fbox{3}", ""),
+        ("\\boxed{\\frac{1}{2}}", ""),
+        ("The answer is 19.", "\\boxed appears 0 times, expected 1"),
+        ("\\boxed{}", "\\boxed{} is empty or unclosed"),
+        ("\\boxed{ }", "\\boxed{} is empty or unclosed"),
+        ("\\boxed{19", "\\boxed{} is empty or unclosed"),
+        ("\\boxed{1} or maybe \\boxed{2}", "\\boxed appears 2 times, expected 1"),
+    ],
+)
+def test_format_boxed_style_wants_exactly_one_non_empty_box(text, reason):
+    v = verdict(text, style="boxed")
+    assert v.detail == reason
+    assert (v.reward, v.outcome) == ((0.0, "wrong") if reason else (1.0, "ok"))
+
+
+def test_format_boxed_style_extracts_the_box_and_ignores_the_tags():
+    assert verdict("so \\boxed{ 19 }", style="boxed", tags=["answer"]).extracted == "19"
+
+
+def test_format_unknown_style_is_an_error_naming_the_key():
+    with pytest.raises(VerifierSpecError, match="style"):
+        verdict("x", style="latex")

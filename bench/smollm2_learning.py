@@ -1,0 +1,144 @@
+"""Held-out pass@1 of a SmolLM2 LoRA run, before and after, offline through vLLM.
+
+The README's "A real pretrained model learns" benchmark: run
+``examples/smollm2_lora.toml`` (its learner keeps every 10th adapter), then
+
+    OMP_NUM_THREADS=2 python bench/smollm2_learning.py --run runs/smollm2-lora --versions 0,30,60
+
+evaluates the base model (version 0) and the kept adapters on the run's
+held-out problems (the config's own split: never trained on), ``--n``
+samples each at the training temperature, with the run's own reward. Every
+version sees the same prompts and the same per-prompt sampling seeds, so the
+versions differ only by their weights. For each version it reports:
+
+- ``pass_at_1``: the accuracy part of the reward (the math verifier reading
+  the answer, boxed or not), unbiased estimator over the n samples; this is
+  pass@1 with the format reward removed;
+- ``boxed``: the share of samples with exactly one ``\\boxed{}`` answer (the
+  format part);
+- ``pass_at_1_boxed``: right *and* boxed, what the prompt literally asks for;
+- ``reward``: the mean of the run's reward (1.0 x accuracy + 0.2 x format);
+- ``minutes``: wall time from ``up`` starting the run (its config.json) to
+  the learner writing the version's adapter.
+
+It prints a table, appends one JSON line per version to
+``bench/results/smollm2_learning.jsonl`` and draws ``--plot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "smollm2_learning.jsonl"
+
+
+def version_minutes(run: Path, version: int) -> float:
+    """Minutes from `up` writing the run's config.json to the learner writing adapter ``version``."""
+    made = (run / "weights" / f"v{version}" / "adapter_config.json").stat().st_mtime
+    return (made - (run / "config.json").stat().st_mtime) / 60
+
+
+async def evaluate(args: argparse.Namespace) -> list[dict]:
+    from rlvr.actors.entry_config import load_config
+    from rlvr.learner.datasets import load_splits
+    from rlvr.learner.passk import mean_pass_at_k
+    from rlvr.protocol.tasks import SamplingParams
+    from rlvr.rollout.engines.base import VLLMEngineConfig
+    from rlvr.rollout.engines.vllm import VLLMEngine
+    from rlvr.verify.registry import resolve
+
+    run = Path(args.run)
+    cfg = load_config(run / "config.json") if (run / "config.json").exists() else load_config(args.config)
+    heldout = load_splits(cfg.learn.dataset, seed=cfg.seed).heldout[: args.prompts or None]
+    engine_cfg = cfg.rollout.engine
+    assert isinstance(engine_cfg, VLLMEngineConfig), "the benchmark evaluates through the vllm engine"
+    engine = VLLMEngine(engine_cfg)
+    await engine.start()
+    verifiers = [resolve(t.verifier) for t in heldout]
+    rows = []
+    try:
+        for version in args.versions:
+            if version:
+                await engine.load_adapter(run / "weights" / f"v{version}", version)
+            started = time.monotonic()
+            groups = await asyncio.gather(*[
+                engine.generate(t.prompt, args.n, SamplingParams(
+                    temperature=cfg.learn.sampling.temperature, max_tokens=cfg.learn.sampling.max_tokens,
+                    stop=cfg.learn.sampling.stop, seed=1000 + i))
+                for i, t in enumerate(heldout)
+            ])
+            correct, boxed, both, reward = [], 0, 0, 0.0
+            for v, g in zip(verifiers, groups, strict=True):
+                verdicts = [v(gen.text) for gen in g.generations]
+                correct.append(sum(d.components.get("accuracy", 0.0) > 0 for d in verdicts))
+                boxed += sum(d.components.get("format", 0.0) > 0 for d in verdicts)
+                both += sum(d.components.get("accuracy", 0.0) > 0 and d.components.get("format", 0.0) > 0 for d in verdicts)
+                reward += sum(d.reward for d in verdicts)
+            samples = args.n * len(heldout)
+            rows.append({
+                "version": version, "prompts": len(heldout), "n": args.n,
+                "pass_at_1": mean_pass_at_k(correct, args.n, 1),
+                f"pass_at_{args.n}": mean_pass_at_k(correct, args.n, args.n),
+                "boxed": boxed / samples, "pass_at_1_boxed": both / samples, "reward": reward / samples,
+                "eval_seconds": round(time.monotonic() - started, 1),
+            })
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        await engine.close()
+    return rows
+
+
+def plot(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r.get("minutes", 0.0) for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(xs, [100 * r["pass_at_1"] for r in rows], "o-", label="pass@1 (answer; no format reward)")
+    ax.plot(xs, [100 * r["pass_at_1_boxed"] for r in rows], "s--", label="pass@1, right and boxed")
+    ax.plot(xs, [100 * r["boxed"] for r in rows], "^:", label="boxed share (format)")
+    ax.set_xlabel("wall minutes of the run (2 CPU cores)")
+    ax.set_ylabel("% of held-out samples")
+    ax.set_title(f"SmolLM2-135M-Instruct + LoRA, {rows[0]['prompts']} held-out problems x {rows[0]['n']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run", required=True, help="run directory of examples/smollm2_lora.toml")
+    p.add_argument("--config", default=str(ROOT / "examples" / "smollm2_lora.toml"),
+                   help="config, when the run directory has no config.json")
+    p.add_argument("--versions", default="0", help="comma-separated policy versions (0 = the base model)")
+    p.add_argument("--n", type=int, default=4, help="samples per held-out problem")
+    p.add_argument("--prompts", type=int, default=0, help="evaluate only the first N held-out problems (0 = all)")
+    p.add_argument("--plot", default=str(ROOT / "docs" / "smollm2-pass-at-1.png"))
+    args = p.parse_args()
+    args.versions = [int(v) for v in args.versions.split(",")]
+    rows = asyncio.run(evaluate(args))
+    for r in rows:
+        r["minutes"] = 0.0 if r["version"] == 0 else round(version_minutes(Path(args.run), r["version"]), 1)
+        r.update(run=str(args.run), at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    with RESULTS.open("a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    print(f"{'version':>7} {'minutes':>7} {'pass@1':>7} {'right+boxed':>11} {'boxed':>6} {'reward':>6}")
+    for r in rows:
+        print(f"{r['version']:>7} {r['minutes']:>7} {100 * r['pass_at_1']:>6.1f}% {100 * r['pass_at_1_boxed']:>10.1f}% "
+              f"{100 * r['boxed']:>5.1f}% {r['reward']:>6.3f}")
+    if args.plot:
+        plot(rows, Path(args.plot))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
