@@ -12,10 +12,13 @@ reproducible whatever else is in flight. One batch runs at a time, in a worker
 thread, so the event loop stays responsive; a weight load takes the same lock,
 so a batch never straddles two versions.
 
-Behaviour log-probs are read from ``output_scores``, which transformers
-returns *after* its logits processors: temperature, then top-k, then top-p,
-with the same tie and cut-off rules as vLLM. Temperature 0 is greedy, and its
-log-probs are those of the unscaled distribution (as vLLM reports them). The
+Behaviour log-probs are read step by step by a logits processor placed
+*after* temperature, then top-k, then top-p (transformers' own warpers, with
+the same tie and cut-off rules as vLLM, handed to ``generate`` together with
+it: hf_logprobs.py), so they are those of the distribution that is sampled;
+only one step's [B, V] scores are held, never ``output_scores``' [B, T, V].
+Temperature 0 is greedy, and its log-probs are those of the unscaled
+distribution (as vLLM reports them). The
 model's own ``generation_config`` defaults (repetition penalty and the like)
 are dropped at load, so the sampling distribution is exactly the one the
 learner recomputes. Left padding does not change them: ``generate`` derives
@@ -201,36 +204,37 @@ class HFEngine:
         import torch
         from transformers import GenerationConfig
 
-        greedy = sampling.temperature == 0.0
+        from rlvr.rollout.engines.hf_logprobs import SampledLogprobs, sampling_processors
+
         pad = self._model.generation_config.pad_token_id
+        # generate's own warpers stay off (top_k 0: its default is 50): they are
+        # handed in below, ahead of the log-prob recorder (see hf_logprobs.py).
         gen_cfg = GenerationConfig(
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy or sampling.top_p >= 1.0 else sampling.top_p,
-            top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
+            do_sample=sampling.temperature != 0.0,
+            top_k=0,
             max_new_tokens=sampling.max_tokens,
             eos_token_id=self._eos,
             pad_token_id=pad,
             stop_strings=list(sampling.stop) or None,
-            output_scores=True,
-            return_dict_in_generate=True,
         )
+        recorder = SampledLogprobs()
+        processors = sampling_processors(sampling.temperature, sampling.top_k, sampling.top_p, recorder)
         width = max(len(p) for p in rows)
         x = torch.tensor([[pad] * (width - len(p)) + p for p in rows], device=self.cfg.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=self.cfg.device)
         self.generate_calls += 1
         with torch.inference_mode():
-            res = self._model.generate(
+            sequences = self._model.generate(
                 input_ids=x,
                 attention_mask=mask,
                 generation_config=gen_cfg,
+                logits_processor=processors,
                 tokenizer=self._tok if sampling.stop else None,
             )
-        new = res.sequences[:, width:]  # [B, T]
-        # scores: T tensors [B, V] of processed logits -> log-probs of the sampled ids
-        scores = torch.stack(res.scores, dim=1).float()  # [B, T, V]
-        lp = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # [B, T]
+            new = sequences[:, width:]  # [B, T]
+            lp = recorder.logprobs(new)  # [B, T]
         return [self._finish(new[i].tolist(), lp[i].tolist(), sampling) for i in range(len(rows))]
+
     def _finish(self, ids: list[int], logprobs: list[float], sampling: SamplingParams) -> Generation:
         finish = "length"
         for k, t in enumerate(ids):
