@@ -1,9 +1,9 @@
-"""Held-out pass@1 of a SmolLM2 LoRA run, before and after, offline through vLLM.
+"""Held-out pass@1 of a SmolLM2 run, before and after, offline through vLLM.
 
 The README's "A real pretrained model learns" benchmark: run
-``examples/smollm2_lora.toml`` (its learner keeps every 10th adapter), then
+``examples/smollm2.toml`` (its learner keeps every 10th policy), then
 
-    OMP_NUM_THREADS=2 python bench/smollm2_learning.py --run runs/smollm2-lora --versions 0,30,60
+    OMP_NUM_THREADS=2 python bench/smollm2_learning.py --run runs/smollm2 --versions 0,30,60
 
 evaluates the base model (version 0) and the kept adapters on the run's
 held-out problems (the config's own split: never trained on), ``--n``
@@ -39,8 +39,8 @@ RESULTS = ROOT / "bench" / "results" / "smollm2_learning.jsonl"
 
 
 def version_minutes(run: Path, version: int) -> float:
-    """Minutes from `up` writing the run's config.json to the learner writing adapter ``version``."""
-    made = (run / "weights" / f"v{version}" / "adapter_config.json").stat().st_mtime
+    """Minutes from `up` writing the run's config.json to the learner finishing policy ``version``."""
+    made = max(f.stat().st_mtime for f in (run / "weights" / f"v{version}").iterdir())
     return (made - (run / "config.json").stat().st_mtime) / 60
 
 
@@ -64,8 +64,11 @@ async def evaluate(args: argparse.Namespace) -> list[dict]:
     rows = []
     try:
         for version in args.versions:
-            if version:
-                await engine.load_adapter(run / "weights" / f"v{version}", version)
+            folder = run / "weights" / f"v{version}"
+            if version and (folder / "adapter_config.json").exists():
+                await engine.load_adapter(folder, version)  # a LoRA run
+            elif version:
+                await engine.load_weights(folder, version)
             started = time.monotonic()
             groups = await asyncio.gather(*[
                 engine.generate(t.prompt, args.n, SamplingParams(
@@ -107,7 +110,7 @@ def plot(rows: list[dict], out: Path) -> None:
     ax.plot(xs, [100 * r["boxed"] for r in rows], "^:", label="boxed share (format)")
     ax.set_xlabel("wall minutes of the run (2 CPU cores)")
     ax.set_ylabel("% of held-out samples")
-    ax.set_title(f"SmolLM2-135M-Instruct + LoRA, {rows[0]['prompts']} held-out problems x {rows[0]['n']}")
+    ax.set_title(f"SmolLM2-135M-Instruct, {rows[0]['prompts']} held-out problems x {rows[0]['n']} samples")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -116,8 +119,8 @@ def plot(rows: list[dict], out: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run", required=True, help="run directory of examples/smollm2_lora.toml")
-    p.add_argument("--config", default=str(ROOT / "examples" / "smollm2_lora.toml"),
+    p.add_argument("--run", required=True, help="run directory of examples/smollm2.toml (or smollm2_lora.toml)")
+    p.add_argument("--config", default=str(ROOT / "examples" / "smollm2.toml"),
                    help="config, when the run directory has no config.json")
     p.add_argument("--versions", default="0", help="comma-separated policy versions (0 = the base model)")
     p.add_argument("--n", type=int, default=4, help="samples per held-out problem")

@@ -1,8 +1,8 @@
 """The learner's training engine: a Hugging Face causal LM under DeepSpeed.
 
 One optimizer step per call: the step's samples are grouped into
-micro-batches by token count (batching.py), packed into one row each
-(``pack_sequences``, the default) or right-padded, log-probs are recomputed under
+micro-batches by token count (batching.py), right-padded (the default)
+or packed into one row each (``pack_sequences``), log-probs are recomputed under
 the current weights at the sampling temperature, the policy loss (algos/)
 is back-propagated micro-batch by micro-batch, and DeepSpeed reduces,
 clips and applies the gradients once. The same engine runs the cold-start
