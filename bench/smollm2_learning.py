@@ -90,7 +90,11 @@ async def evaluate(args: argparse.Namespace) -> list[dict]:
                 f"pass_at_{args.n}": mean_pass_at_k(correct, args.n, args.n),
                 "boxed": boxed / samples, "pass_at_1_boxed": both / samples, "reward": reward / samples,
                 "eval_seconds": round(time.monotonic() - started, 1),
+                "minutes": 0.0 if version == 0 else round(version_minutes(run, version), 1),
+                "run": str(run), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             })
+            with RESULTS.open("a") as f:  # as each version completes: a long evaluation keeps what it has
+                f.write(json.dumps(rows[-1]) + "\n")
             print(json.dumps(rows[-1]), flush=True)
     finally:
         await engine.close()
@@ -128,13 +132,7 @@ def main() -> None:
     p.add_argument("--plot", default=str(ROOT / "docs" / "smollm2-pass-at-1.png"))
     args = p.parse_args()
     args.versions = [int(v) for v in args.versions.split(",")]
-    rows = asyncio.run(evaluate(args))
-    for r in rows:
-        r["minutes"] = 0.0 if r["version"] == 0 else round(version_minutes(Path(args.run), r["version"]), 1)
-        r.update(run=str(args.run), at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    with RESULTS.open("a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    rows = sorted(asyncio.run(evaluate(args)), key=lambda r: r["version"])
     print(f"{'version':>7} {'minutes':>7} {'pass@1':>7} {'right+boxed':>11} {'boxed':>6} {'reward':>6}")
     for r in rows:
         print(f"{r['version']:>7} {r['minutes']:>7} {100 * r['pass_at_1']:>6.1f}% {100 * r['pass_at_1_boxed']:>10.1f}% "
