@@ -29,16 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from learner_memory import _rss_kib  # the same /proc reading as the memory bench
+from learner_memory import _rss_kib, append_result  # the same /proc reading and results file format
 
 RESULTS = Path(__file__).parent / "results" / "hf_scores_memory.jsonl"
 VARIANTS = ("before", "after")
@@ -172,13 +170,7 @@ def main() -> None:
         print(f"{v:<7} {summary[v]['tokens_per_s']:>9.0f} {each_t:>18} {summary[v]['peak_mib']:>9.1f} {each_m:>18}")
     print(f"peak memory after / before: {ratios['peak_memory_after_over_before']:.3f}x; tokens/s after / before: "
           f"{ratios['tokens_per_s_after_over_before']:.3f}x; same tokens: {same}; max |logprob diff|: {diff:.1e}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent, check=False).stdout.strip()
-    record = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.machine(),
-              "commit": commit, "shape": shape, **summary, **ratios}
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    with args.results.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_result(args.results, {"shape": shape, **summary, **ratios})
 
 
 if __name__ == "__main__":

@@ -180,13 +180,19 @@ def main() -> None:
         print(f"{variant:<12} {summary[variant]['peak_gib']:>18.3f} {peaks:>24} {summary[variant]['tokens_per_s']:>9.0f}")
     print(f"peak memory, old / new: {ratios['peak_memory_old_over_new']:.2f}x; "
           f"tokens/s, new / old: {ratios['tokens_per_s_new_over_old']:.3f}x")
+    append_result(RESULTS, {"shape": shape, **summary, **ratios})
+
+
+def append_result(path: Path, record: dict) -> None:
+    """Append ``record`` to the JSON-lines file ``path``, stamped with the time, machine and commit
+    (the other memory and throughput benches write their results through this too)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent, check=False).stdout.strip()
-    record = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.machine(),
-              "commit": commit, "shape": shape, **summary, **ratios}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    stamped = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.machine(),
+               "commit": commit, **record}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(stamped) + "\n")
 
 
 if __name__ == "__main__":

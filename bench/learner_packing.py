@@ -30,16 +30,14 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from learner_memory import _rss_kib  # the same /proc reading as the memory bench
+from learner_memory import _rss_kib, append_result  # the same /proc reading and results file format
 
 RESULTS = Path(__file__).parent / "results" / "learner_packing.jsonl"
 VARIANTS = ("padded", "packed")
@@ -177,13 +175,7 @@ def main() -> None:
               f"{s['padding_fraction']:>8.3f} {s['micro_batches']:>14.0f}")
     print(f"tokens/s, packed / padded: {ratios['tokens_per_s_packed_over_padded']:.3f}x; "
           f"peak memory, packed / padded: {ratios['peak_memory_packed_over_padded']:.3f}x")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent, check=False).stdout.strip()
-    record = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.machine(),
-              "commit": commit, "shape": shape, **summary, **ratios}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_result(RESULTS, {"shape": shape, **summary, **ratios})
 
 
 if __name__ == "__main__":
