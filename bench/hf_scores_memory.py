@@ -30,13 +30,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from learner_memory import _rss_kib, append_result  # the same /proc reading and results file format
+from learner_memory import _rss_kib, append_result, run_variant_child  # the same /proc reading and results file format
 
 RESULTS = Path(__file__).parent / "results" / "hf_scores_memory.jsonl"
 VARIANTS = ("before", "after")
@@ -105,13 +103,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
 
 
 def run_child(variant: str, args: argparse.Namespace, model: Path) -> dict:
-    argv = [sys.executable, __file__, "--child", variant, "--model", str(model)]
-    for key in ("batch", "max_tokens", "temperature", "top_k", "top_p", "device"):
-        argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if out.returncode:
-        raise RuntimeError(f"{variant} child failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_variant_child(__file__, variant, model, args, ("batch", "max_tokens", "temperature", "top_k", "top_p", "device"))
 
 
 def main() -> None:

@@ -118,11 +118,19 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
 
 
 def run_child(variant: str, args: argparse.Namespace, model: Path) -> dict:
-    argv = [sys.executable, __file__, "--child", variant, "--model", str(model)]
-    for key in ("tokens", "seq_len", "vocab", "hidden", "layers", "chunk_tokens", "temperature", "dtype", "device"):
+    keys = ("tokens", "seq_len", "vocab", "hidden", "layers", "chunk_tokens", "temperature", "dtype", "device")
+    extra = () if args.gradient_checkpointing else ("--no-gradient-checkpointing",)
+    return run_variant_child(__file__, variant, model, args, keys, extra)
+
+
+def run_variant_child(script: str, variant: str, model: Path, args: argparse.Namespace,
+                      keys: tuple[str, ...], extra: tuple[str, ...] = ()) -> dict:
+    """Run ``script --child variant`` in a fresh process (a clean peak-memory reading) with
+    ``args``' values for ``keys``; its last stdout line is its JSON result. The other
+    memory benches run their children through this too."""
+    argv = [sys.executable, script, "--child", variant, "--model", str(model), *extra]
+    for key in keys:
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    if not args.gradient_checkpointing:
-        argv.append("--no-gradient-checkpointing")
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"{variant} child failed ({out.returncode}):\n{out.stderr[-3000:]}")

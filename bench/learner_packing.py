@@ -31,13 +31,11 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from learner_memory import _rss_kib, append_result  # the same /proc reading and results file format
+from learner_memory import _rss_kib, append_result, run_variant_child  # the same /proc reading and results file format
 
 RESULTS = Path(__file__).parent / "results" / "learner_packing.jsonl"
 VARIANTS = ("padded", "packed")
@@ -114,13 +112,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
 
 
 def run_child(variant: str, args: argparse.Namespace, model: Path) -> dict:
-    argv = [sys.executable, __file__, "--child", variant, "--model", str(model)]
-    for key in ("samples", "micro_batch_tokens", "vocab", "hidden", "layers", "heads", "steps", "device"):
-        argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if out.returncode:
-        raise RuntimeError(f"{variant} child failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_variant_child(__file__, variant, model, args, ("samples", "micro_batch_tokens", "vocab", "hidden", "layers", "heads", "steps", "device"))
 
 
 def main() -> None:
