@@ -90,3 +90,35 @@ def test_format_boxed_style_extracts_the_box_and_ignores_the_tags():
 def test_format_unknown_style_is_an_error_naming_the_key():
     with pytest.raises(VerifierSpecError, match="style"):
         verdict("x", style="latex")
+
+
+def test_format_boxed_style_on_real_model_answers():
+    # 228 answers SmolLM2-135M-Instruct wrote (tests/verify/data/math_smollm2.jsonl). The
+    # model parrots the prompt's "\\boxed{}" ("The answer is within \\boxed{}.") with nothing
+    # in it: none of those may earn the format reward, and a rewarded answer's box is the
+    # one the math verifier reads.
+    import json
+    from pathlib import Path
+
+    from rlvr.verify.math.extract import extract_boxed
+
+    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "math_smollm2.jsonl").open()]
+    echoes = 0
+    for r in rows:
+        v = verdict(r["response"], style="boxed")
+        assert v.reward in (0.0, 1.0)
+        box = extract_boxed(r["response"])
+        if "\\boxed" in r["response"] and not (box or "").strip():
+            echoes += 1
+            assert v.reward == 0.0, r["id"]
+        if v.reward:
+            assert v.extracted == box.strip(), r["id"]
+    assert echoes >= 5
+
+
+def test_format_boxed_style_survives_hostile_completions():
+    # Unclosed, deeply nested and huge boxes: a verdict, never an exception or a hang.
+    for text in ["\\boxed{" * 10_000, "\\boxed{" + "{" * 50_000 + "}" * 50_000 + "}", "\\boxed" * 100_000,
+                 "x" * 1_000_000 + "\\boxed{1}"]:
+        v = verdict(text, style="boxed")
+        assert v.reward in (0.0, 1.0)
