@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
+import msgspec
 from msgspec import Meta, Struct
 
 from rlvr.protocol.tasks import SamplingParams, VerifierSpec
@@ -66,6 +67,34 @@ class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
         return f"{self.task_id}/{self.sample_index}"
 
 
+def sample_meaning(sample: Sample) -> bytes:
+    """What makes two copies of a sample the same slot of the same task: every
+    field the task fixed, none the generation produced (the completion, its
+    text and finish reason, the policy versions, the replica, the timings).
+
+    A task is generated at least once: a rollout replica that dies (or whose
+    nats-server dies) after publishing a group but before acking its task has
+    the task generated again, and the new completions differ by sampling. Past
+    a duplicate window the server lost (a SIGKILL forgets it for acked
+    work-queue messages), those copies are stored under the same ids; the
+    verifier serves the first copy of each slot and counts the rest as
+    duplicates. A copy for another prompt, gold or verifier under the same id
+    is still a conflict.
+    """
+    return msgspec.msgpack.encode(
+        msgspec.structs.replace(
+            sample,
+            completion=Completion([], []),
+            text="",
+            finish_reason="stop",
+            policy_version=0,
+            policy_version_max=0,
+            replica="",
+            timings=Timings(),
+        )
+    )
+
+
 class Verdict(Struct, frozen=True, omit_defaults=True):
     """A verifier's judgement. Outcomes are data: a timeout is ``timeout``,
     never a silent 0 that looks like a wrong answer."""
@@ -90,4 +119,14 @@ class Scored(Struct, frozen=True, tag="scored", omit_defaults=True):
         return self.sample.sample_id
 
 
-__all__ = ["OUTCOMES", "Completion", "FinishReason", "Outcome", "Sample", "Scored", "Timings", "Verdict"]
+__all__ = [
+    "OUTCOMES",
+    "Completion",
+    "FinishReason",
+    "Outcome",
+    "Sample",
+    "Scored",
+    "Timings",
+    "Verdict",
+    "sample_meaning",
+]

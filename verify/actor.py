@@ -28,6 +28,7 @@ from rlvr.actors.meters import RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import Sample, Scored, Verdict, decode
+from rlvr.protocol.samples import sample_meaning
 from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import VerifierPool
@@ -69,6 +70,7 @@ class VerifyActor:
                 concurrency=self.cfg.concurrency,
                 task_id_of=lambda s: s.task_id,
                 validate=check_sample,  # before any verifier sees it: dead-lettered with the field
+                meaning=sample_meaning,  # a regenerated copy of a slot is a duplicate, not a conflict
                 keep_alive_every_s=self.cfg.in_progress_every_s,
             )
             await self.consumer.run(ctx.stop)

@@ -323,3 +323,48 @@ def test_a_task_reissued_with_a_new_timestamp_is_a_duplicate_not_a_conflict(nats
     assert counters["duplicates"] == 1 and counters["dead_letter.conflict"] == 1
     dead = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
     assert [d.kind for d in dead] == ["conflict"]
+
+
+def test_a_regenerated_sample_is_a_duplicate_not_a_conflict(nats_server):
+    """A rollout that died after publishing a group, before acking its task, has
+    the task generated again: the same sample ids with other completions. Past a
+    duplicate window the server lost, the copies are stored; the verifier serves
+    the first copy of the slot only, and a copy with another answer key under the
+    same id is still a conflict."""
+    import msgspec
+
+    from rlvr.protocol import Completion, Timings
+    from rlvr.protocol.samples import sample_meaning
+
+    served: list[str] = []
+
+    async def main():
+        bus = await _bus(nats_server.url)
+        sentinel, sentinel_seen = make_sample(RUN, k=8), anyio.Event()
+
+        async def handle(sample: Sample, delivery):
+            if sample.task_id == sentinel.task_id:
+                sentinel_seen.set()  # one at a time: every copy before it is settled
+                return
+            served.append(sample.text)
+
+        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
+                            handle=handle, concurrency=1, meaning=sample_meaning)
+        first = make_sample(RUN, k=7, text="5")
+        regenerated = msgspec.structs.replace(
+            first, completion=Completion(ids=[9, 9, 9], logprobs=[-1.0, -2.0, -3.0]), text="7",
+            finish_reason="length", policy_version=4, policy_version_max=5, replica="other",
+            timings=Timings(generate_s=1.5),
+        )
+        other_gold = make_sample(RUN, k=7, gold="9")
+        for i, s in enumerate((first, regenerated, other_gold, sentinel)):
+            await bus.publish(bus.names.rollouts, s, msg_id=f"copy{i}")  # distinct ids: the server stores all
+        await _run_until(consumer, sentinel_seen)
+        await bus.close()
+        return consumer.stats.counters
+
+    counters = anyio.run(main)
+    assert served == ["5"]
+    assert counters["duplicates"] == 1 and counters["dead_letter.conflict"] == 1
+    dead = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
+    assert [d.kind for d in dead] == ["conflict"]

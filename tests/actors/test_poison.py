@@ -138,7 +138,10 @@ def sample_mutations(s) -> list[tuple[str, Any, str, str]]:
 def sample_poisons(run: str, k: int, max_payload: int) -> list[Poison]:
     s = make_sample(run, k=k, n=4)
     sentinel = _r(s, verifier=_r(s.verifier, params={"gold": "5", "deep": _SENTINEL}))
-    return generic_poisons(s, make_task(run, k=k), sentinel, _r(s, text="6"), max_payload) + [
+    # Another completion for the same slot is a regeneration (served once, counted as a
+    # duplicate); another answer key under the same id is a conflict.
+    variant = _r(s, verifier=_r(s.verifier, params={"gold": "6"}))
+    return generic_poisons(s, make_task(run, k=k), sentinel, variant, max_payload) + [
         Poison(name, encode(msg), kind, reason) for name, msg, kind, reason in sample_mutations(s)
     ]
 
