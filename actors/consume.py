@@ -52,7 +52,8 @@ Cost per message is what bounds a hop's rate (bench/bus_hop.py), so:
   pull that came back short (the stream running dry) it lingers too, so a
   trickle is pulled in handfuls, never one message per pull request (each
   pull is a round trip and server work);
-- one handler task per message, and nothing else per message: a single
+- ``concurrency`` long-lived handler tasks (lanes) take the pulled messages,
+  so no task is made per message, and nothing else is either: a single
   ticker per consumer (``keep_alive_every_s``) sends ``in_progress`` for every
   message held past the interval, instead of a keep-alive task per message;
 - the message's trace context is extracted once into ``Delivery.trace_context``
@@ -62,7 +63,6 @@ Cost per message is what bounds a hop's rate (bench/bus_hop.py), so:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import time
 from collections import OrderedDict
@@ -187,6 +187,8 @@ class Consumer(Generic[T]):
         self._pulled_short = False  # the last pull came back with less than half the window
         self.keep_alive_every_s = keep_alive_every_s
         self._held: dict[int, list] = {}  # id(msg) -> [msg, time of its last sign of life]
+        # Pulled messages on their way to a lane; None tells a lane to stop.
+        self._inbox: asyncio.Queue[Msg | None] = asyncio.Queue()
 
     async def run(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = await self.bus.pull_subscription(self.cd, start_seq=self.start_seq)
@@ -201,16 +203,39 @@ class Consumer(Generic[T]):
                 # The drain deadline is set on this scope once pulling stops: the
                 # task group then waits for the handlers in hand, at most that long.
                 with anyio.CancelScope() as drain_scope:
-                    async with anyio.create_task_group() as handlers:
+                    async with anyio.create_task_group() as lanes:
+                        for _ in range(self.concurrency):
+                            lanes.start_soon(self._lane)
                         while await self._room_to_pull(stop):
-                            await self._pull_once(sub, handlers)
+                            await self._pull_once(sub)
                         drain_scope.deadline = anyio.current_time() + self.bus.cfg.drain_timeout_s
+                        for _ in range(self.concurrency):
+                            self._inbox.put_nowait(None)  # each lane ends once the messages before it are done
                 chores.cancel_scope.cancel()
             if drain_scope.cancelled_caught:
                 log.warning("drain_timeout", naked=self.stats.in_flight)
         finally:
             with anyio.CancelScope(shield=True):
+                await self._give_back_untaken()
                 await sub.unsubscribe()
+
+    async def _lane(self) -> None:
+        """One of ``concurrency`` long-lived handler tasks: it takes pulled
+        messages one at a time (a task per message would cost a task handle,
+        a cancel scope and an event each)."""
+        while (msg := await self._inbox.get()) is not None:
+            await self._one(msg)
+
+    async def _give_back_untaken(self) -> None:
+        """Nak the messages pulled but never taken by a lane (a drain cut short)."""
+        while not self._inbox.empty():
+            msg = self._inbox.get_nowait()
+            if msg is not None:
+                self._returned.put(_seq(msg), True)
+                with anyio.move_on_after(2):
+                    if await self._safely(msg.nak, "nak"):
+                        self.stats.counters["naked"] += 1
+                self._release()
 
     async def _wake_on(self, stop: anyio.Event) -> None:
         await stop.wait()
@@ -257,7 +282,7 @@ class Consumer(Generic[T]):
                     held[1] = now
                     await self._safely(held[0].in_progress, "in_progress")
 
-    async def _pull_once(self, sub, handlers: anyio.abc.TaskGroup) -> None:
+    async def _pull_once(self, sub) -> None:
         # Take every free slot, so we never pull messages we cannot work on
         # at once (they would age in our hands past ack_wait).
         taken, self._free = self._free, 0
@@ -280,7 +305,7 @@ class Consumer(Generic[T]):
         self._free += taken - len(msgs)
         self._pulled_short = 0 < len(msgs) < max(1, self.concurrency // 2)
         for m in msgs:
-            handlers.start_soon(self._one, m)
+            self._inbox.put_nowait(m)
 
     async def _pull_failed(self, e: Exception) -> None:
         """A pull the server could not answer (a leader election, a partition,
@@ -386,8 +411,8 @@ class Consumer(Generic[T]):
             raise _Refused("invalid", f"{type(e).__name__}: {e}", type(e).__name__) from None
         msg_id = _identity(obj) or delivery.headers.get("Nats-Msg-Id")
         if msg_id:
-            digest = hashlib.blake2b(msg.data, digest_size=16).digest()
-            meaning = self._meaning_of(obj) if self.meaning is not None else digest
+            digest = _fingerprint(msg.data)
+            meaning = _fingerprint(self.meaning(obj)) if self.meaning is not None else digest
             seen = self._digests.get(msg_id)  # (digest, meaning, stream seq) of the first copy
             if seen is not None and seen[0] != digest and seen[1] != meaning:
                 raise _Refused(
@@ -401,10 +426,6 @@ class Consumer(Generic[T]):
             if seen is None:
                 self._digests.put(msg_id, (digest, meaning, delivery.stream_seq))
         return obj
-
-    def _meaning_of(self, obj: T) -> bytes:
-        assert self.meaning is not None
-        return hashlib.blake2b(self.meaning(obj), digest_size=16).digest()
 
     def _task_id(self, obj: T) -> str | None:
         try:
@@ -485,6 +506,13 @@ class Consumer(Generic[T]):
             self.stats.counters["poison_pills"] += 1
         if reference:
             self.stats.counters["dead_letter_references"] += 1
+
+
+def _fingerprint(data: bytes) -> int:
+    """Tells two copies of a message apart within this process: Python's bytes
+    hash (SipHash, keyed per process, so a publisher cannot aim a collision),
+    a few times cheaper than a cryptographic digest on a 10 KB sample."""
+    return hash(bytes(data))
 
 
 def _identity(obj: object) -> str | None:

@@ -15,6 +15,8 @@ Cost per message is kept small, because every hop of every trajectory pays it:
   unsampled one only pays for a non-recording span;
 - exporter "none" installs no SDK provider (``make_provider``);
 - the tracer is made once per process (``tracer()``), not per message;
+- a hop's span (``hop_span``) in a process that records nothing is one shared
+  no-op context: no span object, no context attach and detach per message;
 - the file exporter writes each exported batch with one ``write`` (spans are
   batched by ``BatchSpanProcessor``), not one line-buffered write per span.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -141,6 +143,22 @@ def tracer(name: str = "rlvr") -> trace.Tracer:
     if t is None:
         t = _tracers[name] = trace.get_tracer(name)
     return t
+
+
+_NOT_RECORDING: AbstractContextManager[trace.Span] = nullcontext(trace.INVALID_SPAN)
+
+
+def hop_span(
+    name: str, context: otel_context.Context | None, attributes: Mapping[str, str | int | float]
+) -> AbstractContextManager[trace.Span]:
+    """The span of one hop of a trajectory, continuing ``context`` (the
+    consumed message's); the span is current inside the block, so what the hop
+    publishes carries it. In a process that records nothing, a shared no-op
+    block whose span is not recording: the incoming ``traceparent`` is passed
+    on by ``passing_on`` instead."""
+    if _provider is None:
+        return _NOT_RECORDING
+    return tracer().start_as_current_span(name, context=context, attributes=attributes)
 
 
 def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:

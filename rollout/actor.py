@@ -27,7 +27,7 @@ from rlvr.actors.consume import ActorFatalError, Consumer, Delivery, Nak
 from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import LatencyMeter, RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
-from rlvr.actors.tracing import tracer
+from rlvr.actors.tracing import hop_span
 from rlvr.protocol import Completion, Sample, Task, Timings, decode
 from rlvr.protocol.tasks import task_meaning
 from rlvr.protocol.validate import check_task
@@ -89,10 +89,10 @@ class RolloutActor:
     async def handle(self, task: Task, delivery: Delivery) -> Nak | None:
         picked_up = time.time()
         self.queue_wait.add(max(0.0, picked_up - task.created_at))
-        with tracer().start_as_current_span(
+        with hop_span(
             "rollout.generate",
-            context=delivery.trace_context,
-            attributes={"rlvr.task_id": task.task_id, "rlvr.n": task.n, "rlvr.replica": self.ctx.replica},
+            delivery.trace_context,
+            {"rlvr.task_id": task.task_id, "rlvr.n": task.n, "rlvr.replica": self.ctx.replica},
         ) as span:
             with anyio.CancelScope() as abort_scope:
                 self.abort_scopes.add(abort_scope)

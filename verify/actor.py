@@ -26,7 +26,7 @@ from rlvr.actors.consume import Consumer, Delivery, Term
 from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
-from rlvr.actors.tracing import tracer
+from rlvr.actors.tracing import hop_span
 from rlvr.protocol import Sample, Scored, Verdict, decode
 from rlvr.protocol.samples import sample_meaning
 from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
@@ -35,7 +35,7 @@ from rlvr.verify.pool import VerifierPool
 from rlvr.verify.sandbox.base import SandboxUnavailableError
 from rlvr.verify.sandbox.levels import choose_level
 from rlvr.verify.sandbox.levels import gauges as sandbox_gauges
-from rlvr.verify.registry import VerifierSpecError, context_for_sample, load_plugins, resolve
+from rlvr.verify.registry import VerifierSpecError, context_for_sample, load_plugins
 
 log = get_logger("rlvr.verify")
 
@@ -77,23 +77,22 @@ class VerifyActor:
 
     async def handle(self, sample: Sample, delivery: Delivery) -> Term | None:
         assert self.pool is not None
-        with tracer().start_as_current_span(
+        with hop_span(
             "verify.score",
-            context=delivery.trace_context,
-            attributes={"rlvr.sample_id": sample.sample_id, "rlvr.verifier": sample.verifier.name},
+            delivery.trace_context,
+            {"rlvr.sample_id": sample.sample_id, "rlvr.verifier": sample.verifier.name},
         ) as span:
             if sample.finish_reason == "rejected":
                 verdict = Verdict(0.0, "parse_error", sample.verifier.name, detail="prompt rejected by the rollout")
             else:
                 try:
-                    resolve(sample.verifier)  # a bad spec is dead-lettered, never retried
-                except VerifierSpecError as e:
+                    # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).
+                    verdict = await self.pool.verify(
+                        sample.verifier, sample.text, context_for_sample(sample, self.sandbox)
+                    )
+                except VerifierSpecError as e:  # raised before dispatch: dead-lettered, never retried
                     self.outcomes["bad_spec"] += 1
                     return Term(str(e), "VerifierSpecError")
-                # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).
-                verdict = await self.pool.verify(
-                    sample.verifier, sample.text, context_for_sample(sample, self.sandbox)
-                )
             try:
                 check_verdict(verdict)  # a NaN reward must never reach the learner
             except MessageInvalidError as e:
