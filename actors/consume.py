@@ -19,9 +19,10 @@ Messages are untrusted. Before a handler sees one, it must
 3. not reuse the id of a message this consumer has seen with other content
    (a task id or sample id published again past the duplicate window, or
    under another ``Nats-Msg-Id``): the first copy is the one served. Where
-   the consumer is given a ``meaning`` (the rollout's tasks), a copy that
-   means the same under another stream sequence is a duplicate: acked and
-   counted (``duplicates``), never served twice.
+   the consumer is given a ``meaning`` (the rollout's tasks: ``task_meaning``;
+   the verifier's samples: ``sample_meaning``), a copy that means the same
+   under another stream sequence (a task re-issued, a group generated again)
+   is a duplicate: acked and counted (``duplicates``), never served twice.
 
 A message that fails is dead-lettered at once with its reason (retrying
 cannot fix it). Faults (exceptions from the handler) nak with a delay, and on

@@ -217,10 +217,18 @@ def micro_batches(
         raise TrainBatchEmptyError("a training step needs at least one sample")
     for it in items:
         check_item(it)
-    lengths = [len(it.prompt_ids) + len(it.completion_ids) for it in items]
+    plan = micro_batch_plan(items, max_tokens, packed=packed)
     if packed:
-        return [build_packed_micro_batch([items[i] for i in g]) for g in pack_by_sum(lengths, max_tokens)]
-    return [build_micro_batch([items[i] for i in g], pad_token_id) for g in pack_by_tokens(lengths, max_tokens)]
+        return [build_packed_micro_batch([items[i] for i in g]) for g in plan]
+    return [build_micro_batch([items[i] for i in g], pad_token_id) for g in plan]
+
+
+def micro_batch_plan(items: Sequence[TrainBatchItem], max_tokens: int, *, packed: bool = False) -> list[list[int]]:
+    """Which samples share each micro-batch (indices into ``items``): token
+    sums for packed rows, rows x longest row for padded ones. Data-parallel
+    ranks count their passes with it too (rank_commands.shard_train)."""
+    lengths = [len(it.prompt_ids) + len(it.completion_ids) for it in items]
+    return pack_by_sum(lengths, max_tokens) if packed else pack_by_tokens(lengths, max_tokens)
 
 
 def sft_items(pairs: Sequence[tuple[list[int], list[int]]]) -> list[TrainBatchItem]:
@@ -240,6 +248,7 @@ __all__ = [
     "check_item",
     "micro_batches",
     "pack_by_sum",
+    "micro_batch_plan",
     "pack_by_tokens",
     "sft_items",
 ]

@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from rlvr.learner.batching import TrainBatchItem, check_item, pack_by_tokens, sft_items
+from rlvr.learner.batching import TrainBatchItem, check_item, micro_batch_plan, sft_items
 from rlvr.learner.engine_config import TrainEngineConfig
 
 
@@ -101,21 +101,23 @@ def decode(data: bytes) -> Command:
 # ---- data parallel split and metrics --------------------------------------------
 
 
-def shard_train(items: list[TrainBatchItem], world: int, micro_batch_tokens: int) -> list[Train]:
+def shard_train(items: list[TrainBatchItem], world: int, micro_batch_tokens: int, *,
+                packed: bool = False) -> list[Train]:
     """One ``Train`` per rank: rank r gets ``items[r::world]``, every rank the
-    global normalisers divided by ``world`` and the busiest shard's micro-batch count."""
+    global normalisers divided by ``world`` and the busiest shard's micro-batch
+    count, planned as the engine will cut them (``packed``: one packed row each)."""
     for it in items:
         check_item(it)  # fail here, before any rank starts the step
     shards = [items[r::world] for r in range(world)]
     tokens = float(sum(len(it.completion_ids) for it in items))
     sequences = float(len(items))  # check_item: every completion is non-empty
-    most = max(len(pack_by_tokens([len(it.prompt_ids) + len(it.completion_ids) for it in s], micro_batch_tokens))
-               for s in shards)
+    most = max(len(micro_batch_plan(s, micro_batch_tokens, packed=packed)) for s in shards)
     return [Train(s, tokens / world, sequences / world, most) for s in shards]
 
 
-def shard_sft(pairs: list[tuple[list[int], list[int]]], world: int, micro_batch_tokens: int) -> list[Sft]:
-    trains = shard_train(sft_items(pairs), world, micro_batch_tokens)
+def shard_sft(pairs: list[tuple[list[int], list[int]]], world: int, micro_batch_tokens: int, *,
+              packed: bool = False) -> list[Sft]:
+    trains = shard_train(sft_items(pairs), world, micro_batch_tokens, packed=packed)
     return [Sft(pairs[r::world], t.num_tokens, t.min_micro_batches) for r, t in enumerate(trains)]
 
 

@@ -217,10 +217,12 @@ class RankGroup:
             return merge_metrics(self.leader.gather(result)) if gather else result
 
     def train(self, items: list[TrainBatchItem]) -> dict[str, float]:
-        return self._run(shard_train(items, self.world, self.cfg.micro_batch_tokens), gather=True)
+        return self._run(shard_train(items, self.world, self.cfg.micro_batch_tokens, packed=self.cfg.pack_sequences),
+                         gather=True)
 
     def sft(self, pairs: list[tuple[list[int], list[int]]]) -> dict[str, float]:
-        return self._run(shard_sft(pairs, self.world, self.cfg.micro_batch_tokens), gather=True)
+        return self._run(shard_sft(pairs, self.world, self.cfg.micro_batch_tokens, packed=self.cfg.pack_sequences),
+                         gather=True)
 
     def save(self, directory: Path, client_state: dict) -> None:
         self._run([Save(str(Path(directory).resolve()), client_state)] * self.world)

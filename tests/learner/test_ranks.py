@@ -66,6 +66,18 @@ def test_shards_carry_global_normalisers_and_the_busiest_micro_batch_count():
     assert [decode(encode(s)) for s in shards] == shards  # what travels between the ranks
 
 
+def test_with_packing_the_shards_count_packed_micro_batches_as_the_engine_cuts_them():
+    from rlvr.learner.batching import micro_batches
+
+    items = batch(0, 8, 64)
+    budget = 3 * max(len(i.prompt_ids) + len(i.completion_ids) for i in items)
+    packed = shard_train(items, 2, budget, packed=True)
+    padded = shard_train(items, 2, budget)
+    cut = [len(micro_batches(s.items, budget, 0, packed=True)) for s in packed]
+    assert all(s.min_micro_batches == max(cut) for s in packed)
+    assert packed[0].min_micro_batches <= padded[0].min_micro_batches  # never more passes than padded
+
+
 def test_sft_shards_and_the_start_command_survive_the_wire():
     from rlvr.learner.engine_config import CosineSchedule, TrainEngineConfig
 
