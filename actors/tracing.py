@@ -11,12 +11,13 @@ Cost per message is kept small, because every hop of every trajectory pays it:
 
 - head sampling (``observability.trace_sample_ratio``): the trace's root
   decides once, every later hop follows the ``traceparent`` flag
-  (``ParentBased``), so a trajectory is traced whole or not at all and an
-  unsampled one only pays for a non-recording span;
+  (``ParentBased``), so a trajectory is traced whole or not at all;
 - exporter "none" installs no SDK provider (``make_provider``);
 - the tracer is made once per process (``tracer()``), not per message;
-- a hop's span (``hop_span``) in a process that records nothing is one shared
-  no-op context: no span object, no context attach and detach per message;
+- a hop's span (``hop_span``) in a process that records nothing, or for a
+  trajectory its root left unsampled, is one shared no-op context: no span
+  object, no header parsing, no context attach and detach per message; the
+  incoming ``traceparent`` is passed on as is;
 - the file exporter writes each exported batch with one ``write`` (spans are
   batched by ``BatchSpanProcessor``), not one line-buffered write per span.
 """
@@ -156,16 +157,28 @@ def hop_span(
     publishes carries it. In a process that records nothing, a shared no-op
     block whose span is not recording: the incoming ``traceparent`` is passed
     on by ``passing_on`` instead."""
-    if _provider is None:
+    if _provider is None or _unsampled(_incoming.get()):
         return _NOT_RECORDING
     return tracer().start_as_current_span(name, context=context, attributes=attributes)
 
 
+def _unsampled(traceparent: str | None) -> bool:
+    """A well-formed W3C ``traceparent`` whose sampled flag is off: the root
+    decided not to record this trajectory (head sampling), so no hop does."""
+    if not traceparent or len(traceparent) != 55 or traceparent[2] != "-":
+        return False
+    try:
+        return not int(traceparent[53:55], 16) & 1
+    except ValueError:
+        return False
+
+
 def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
-    """Headers with the current span's ``traceparent`` added; in a process that
-    records nothing, the ``traceparent`` of the message being handled (``passing_on``)."""
+    """Headers with the current span's ``traceparent`` added; with no span
+    current (a process that records nothing, an unsampled trajectory), the
+    ``traceparent`` of the message being handled (``passing_on``)."""
     carrier: dict[str, str] = dict(headers or {})
-    if _provider is None:
+    if _provider is None or not trace.get_current_span().get_span_context().is_valid:
         incoming = _incoming.get()
         if incoming:
             carrier["traceparent"] = incoming
@@ -196,8 +209,8 @@ def trace_id_of(traceparent: str | None) -> str | None:
 def extract_context(headers: Mapping[str, str] | None) -> otel_context.Context | None:
     """The remote context a message carries; None when it carries none, so a
     span started with it is a root (the propagator is not run for nothing)."""
-    if _provider is None or not headers or "traceparent" not in headers:
-        return None  # recording nothing here: the header is passed on as is (``passing_on``)
+    if _provider is None or not headers or "traceparent" not in headers or _unsampled(headers["traceparent"]):
+        return None  # recording nothing for it here: the header is passed on as is (``passing_on``)
     return _propagator.extract(headers)
 
 

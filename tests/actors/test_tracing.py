@@ -11,6 +11,7 @@ from opentelemetry import trace
 from rlvr.actors import tracing
 from rlvr.actors.tracing import (
     extract_context,
+    hop_span,
     inject_headers,
     make_provider,
     passing_on,
@@ -26,6 +27,7 @@ UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
 def _recording(monkeypatch):
     """As in a process that records spans (setup_tracing installed a provider)."""
     monkeypatch.setattr(tracing, "_provider", object())
+    monkeypatch.setattr(tracing, "_tracers", {})
 
 
 def _provider(tmp_path, exporter="file", ratio=1.0):
@@ -38,11 +40,14 @@ def _sampled(traceparent):
 
 
 def _hop(tracer, traceparent):
-    """What a consumer and its handler do: start the hop's span from the
-    message's context, publish downstream (inject)."""
-    ctx = extract_context({"traceparent": traceparent} if traceparent else {})
-    with tracer.start_as_current_span("verify.score", context=ctx) as span:
-        return span.is_recording(), inject_headers().get("traceparent")
+    """What a consumer and its handler do: the consumer passes the message's
+    traceparent on and extracts its context (``Delivery``), the handler starts
+    the hop's span from it (``hop_span``) and publishes downstream (inject)."""
+    tracing._tracers["rlvr"] = tracer  # the process's tracer, as tracer() hands it out
+    with passing_on(traceparent):
+        ctx = extract_context({"traceparent": traceparent} if traceparent else {})
+        with hop_span("verify.score", ctx, {"rlvr.sample_id": "t/0"}) as span:
+            return span.is_recording(), inject_headers().get("traceparent")
 
 
 def test_head_sampling_is_decided_at_the_root_and_followed_by_every_hop(tmp_path):
@@ -52,7 +57,9 @@ def test_head_sampling_is_decided_at_the_root_and_followed_by_every_hop(tmp_path
     assert not recording and not _sampled(downstream)
     # A hop follows its parent's decision, whatever its own ratio.
     assert _hop(none_sampled, SAMPLED)[0] is True
-    assert _hop(_provider(tmp_path, ratio=1.0).get_tracer("t"), UNSAMPLED)[0] is False
+    # An unsampled trajectory costs no span and no parsing; its traceparent goes on unchanged.
+    assert extract_context({"traceparent": UNSAMPLED}) is None
+    assert _hop(_provider(tmp_path, ratio=1.0).get_tracer("t"), UNSAMPLED) == (False, UNSAMPLED)
     recording, downstream = _hop(_provider(tmp_path, ratio=1.0).get_tracer("t"), SAMPLED)
     assert recording and downstream.split("-")[1] == SAMPLED.split("-")[1]  # same trace
 
