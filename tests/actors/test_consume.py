@@ -283,6 +283,36 @@ def test_pulls_are_batched_at_half_the_window(nats_server):
     assert len(pulled) <= 96 // 8 + 2  # at least half the window (8) per pull, bar the tail
 
 
+def _serve_copies(url: str, durable: str, subject: str, msg_type, meaning, copies: list, sentinel, served_of):
+    """Publish ``copies`` then ``sentinel`` under distinct Nats-Msg-Ids (so the
+    server stores every copy, as past a duplicate window it lost), serve them
+    one at a time with ``meaning``; returns what was served (``served_of`` of
+    each), the consumer's counters and the kinds of the dead letters."""
+    served: list = []
+
+    async def main():
+        bus = await _bus(url)
+        sentinel_seen = anyio.Event()
+
+        async def handle(obj, delivery):
+            if obj.task_id == sentinel.task_id:
+                sentinel_seen.set()  # one at a time: every copy before it is settled
+                return
+            served.append(served_of(obj))
+
+        consumer = Consumer(bus, bus.consumer_def(durable), stage=durable, decode=lambda d: decode(d, msg_type),
+                            handle=handle, concurrency=1, meaning=meaning)
+        for i, m in enumerate([*copies, sentinel]):
+            await bus.publish(getattr(bus.names, subject), m, msg_id=f"copy{i}")
+        await _run_until(consumer, sentinel_seen)
+        await bus.close()
+        return consumer.stats.counters
+
+    counters = anyio.run(main)
+    dead = BusClient(url, RUN).decoded("DEAD", DeadLetter)
+    return served, counters, [d.kind for d in dead]
+
+
 def test_a_task_reissued_with_a_new_timestamp_is_a_duplicate_not_a_conflict(nats_server):
     """A learner restarted from its checkpoint issues its last tasks again: same
     id and content, a new created_at and policy version. Past a duplicate window
@@ -294,35 +324,14 @@ def test_a_task_reissued_with_a_new_timestamp_is_a_duplicate_not_a_conflict(nats
     from rlvr.protocol.tasks import task_meaning
     from tests.factories import make_task
 
-    served: list[str] = []
-
-    async def main():
-        bus = await _bus(nats_server.url)
-
-        sentinel, sentinel_seen = make_task(RUN, k=8), anyio.Event()
-
-        async def handle(task: Task, delivery):
-            if task.task_id == sentinel.task_id:
-                sentinel_seen.set()  # one at a time: every copy before it is settled
-                return
-            served.append(task.prompt)
-
-        consumer = Consumer(bus, bus.consumer_def("rollout"), stage="rollout", decode=lambda d: decode(d, Task),
-                            handle=handle, concurrency=1, meaning=task_meaning)
-        first = make_task(RUN, k=7)
-        reissued = msgspec.structs.replace(first, created_at=first.created_at + 60, policy_version=3)
-        other = msgspec.structs.replace(first, prompt="9+9=")
-        for i, t in enumerate((first, reissued, other, sentinel)):
-            await bus.publish(bus.names.tasks, t, msg_id=f"copy{i}")  # distinct ids: the server stores all
-        await _run_until(consumer, sentinel_seen)
-        await bus.close()
-        return consumer.stats.counters
-
-    counters = anyio.run(main)
+    first = make_task(RUN, k=7)
+    reissued = msgspec.structs.replace(first, created_at=first.created_at + 60, policy_version=3)
+    other = msgspec.structs.replace(first, prompt="9+9=")
+    served, counters, dead = _serve_copies(nats_server.url, "rollout", "tasks", Task, task_meaning,
+                                           [first, reissued, other], make_task(RUN, k=8), lambda t: t.prompt)
     assert served == ["2+3="]
     assert counters["duplicates"] == 1 and counters["dead_letter.conflict"] == 1
-    dead = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
-    assert [d.kind for d in dead] == ["conflict"]
+    assert dead == ["conflict"]
 
 
 def test_a_regenerated_sample_is_a_duplicate_not_a_conflict(nats_server):
@@ -336,35 +345,16 @@ def test_a_regenerated_sample_is_a_duplicate_not_a_conflict(nats_server):
     from rlvr.protocol import Completion, Timings
     from rlvr.protocol.samples import sample_meaning
 
-    served: list[str] = []
-
-    async def main():
-        bus = await _bus(nats_server.url)
-        sentinel, sentinel_seen = make_sample(RUN, k=8), anyio.Event()
-
-        async def handle(sample: Sample, delivery):
-            if sample.task_id == sentinel.task_id:
-                sentinel_seen.set()  # one at a time: every copy before it is settled
-                return
-            served.append(sample.text)
-
-        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
-                            handle=handle, concurrency=1, meaning=sample_meaning)
-        first = make_sample(RUN, k=7, text="5")
-        regenerated = msgspec.structs.replace(
-            first, completion=Completion(ids=[9, 9, 9], logprobs=[-1.0, -2.0, -3.0]), text="7",
-            finish_reason="length", policy_version=4, policy_version_max=5, replica="other",
-            timings=Timings(generate_s=1.5),
-        )
-        other_gold = make_sample(RUN, k=7, gold="9")
-        for i, s in enumerate((first, regenerated, other_gold, sentinel)):
-            await bus.publish(bus.names.rollouts, s, msg_id=f"copy{i}")  # distinct ids: the server stores all
-        await _run_until(consumer, sentinel_seen)
-        await bus.close()
-        return consumer.stats.counters
-
-    counters = anyio.run(main)
+    first = make_sample(RUN, k=7, text="5")
+    regenerated = msgspec.structs.replace(
+        first, completion=Completion(ids=[9, 9, 9], logprobs=[-1.0, -2.0, -3.0]), text="7",
+        finish_reason="length", policy_version=4, policy_version_max=5, replica="other",
+        timings=Timings(generate_s=1.5),
+    )
+    other_gold = make_sample(RUN, k=7, gold="9")
+    served, counters, dead = _serve_copies(nats_server.url, "verify", "rollouts", Sample, sample_meaning,
+                                           [first, regenerated, other_gold], make_sample(RUN, k=8),
+                                           lambda s: s.text)
     assert served == ["5"]
     assert counters["duplicates"] == 1 and counters["dead_letter.conflict"] == 1
-    dead = BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter)
-    assert [d.kind for d in dead] == ["conflict"]
+    assert dead == ["conflict"]
