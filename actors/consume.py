@@ -232,11 +232,16 @@ class Consumer(Generic[T]):
         while not self._inbox.empty():
             msg = self._inbox.get_nowait()
             if msg is not None:
-                self._returned.put(_seq(msg), True)
-                with anyio.move_on_after(2):
-                    if await self._safely(msg.nak, "nak"):
-                        self.stats.counters["naked"] += 1
+                await self._give_back(msg)
                 self._release()
+
+    async def _give_back(self, msg: Msg) -> None:
+        """Nak a message at stop, for immediate redelivery elsewhere (at most 2 s)."""
+        with anyio.move_on_after(2):
+            self._returned.put(_seq(msg), True)
+            if await self._safely(msg.nak, "nak"):
+                self.stats.counters["naked"] += 1
+            log.info("naked_on_stop", stream_seq=_seq(msg))
 
     async def _wake_on(self, stop: anyio.Event) -> None:
         await stop.wait()
@@ -380,11 +385,8 @@ class Consumer(Generic[T]):
             self._held.pop(id(msg), None)
             if not settled:
                 # Cancelled (drain timeout or shutdown): give the message back now.
-                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    self._returned.put(_seq(msg), True)
-                    if await self._safely(msg.nak, "nak"):
-                        self.stats.counters["naked"] += 1
-                    log.info("naked_on_stop", stream_seq=_seq(msg))
+                with anyio.CancelScope(shield=True):
+                    await self._give_back(msg)
             self.stats.in_flight -= 1
             self._release()
 

@@ -246,9 +246,9 @@ __all__ = [
     "build_micro_batch",
     "build_packed_micro_batch",
     "check_item",
+    "micro_batch_plan",
     "micro_batches",
     "pack_by_sum",
-    "micro_batch_plan",
     "pack_by_tokens",
     "sft_items",
 ]

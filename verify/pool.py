@@ -377,49 +377,25 @@ class VerifierPool:
     async def _run_batch(self, worker: _Worker, batch: list[_Pending]) -> None:
         keep = False
         done = 0
-        dead: tuple[_Pending, float] | None = None
         try:
             await worker.send(batch_payload([c.payload for c in batch]))
             keep = True
-            # One scope for the batch, its deadline moved at each call: every call
-            # has ``timeout_s`` from when the worker could start it (the previous
-            # answer), without a scope of its own per call.
-            with anyio.CancelScope() as scope:
-                while done < len(batch):
-                    call = batch[done]
-                    started = anyio.current_time()
-                    scope.deadline = started + self.timeout_s
+            for call in batch:
+                started = anyio.current_time()
+                with anyio.move_on_after(self.timeout_s) as scope:
                     call.running = (scope, worker)
                     try:
                         raw = await worker.receive()
                     except _IO_ERRORS:
                         raw = None
-                    call.running = None
-                    elapsed = anyio.current_time() - started
-                    done += 1
-                    if raw is None:  # the worker died on it: said below, outside the call's deadline
-                        dead = (call, elapsed)
-                        break
-                    try:
-                        reply = reply_decoder.decode(raw)
-                    except msgspec.ValidationError as e:  # e.g. an outcome outside the Literal
-                        reply = WorkerReply(error=f"an invalid Verdict: {e}")
-                    worker.calls += 1
-                    if reply.verdict is None:
-                        verdict = self._error(call.name, elapsed, f"verifier raised {reply.error}")
-                    else:
-                        verdict = msgspec.structs.replace(reply.verdict, verifier=call.name, latency_s=elapsed)
-                    self._finish(call, verdict, elapsed)
-                    if reply.recycle or (self._max_tasks and worker.calls >= self._max_tasks):
-                        keep = False
-                        break
-            if scope.cancelled_caught:  # the call in hand ran out of time, or its caller gave up on it
-                call = batch[done]
                 call.running = None
+                elapsed = anyio.current_time() - started
                 done += 1
-                keep = False
-                if not call.abandoned:
-                    elapsed = anyio.current_time() - started
+                if call.abandoned and scope.cancelled_caught:
+                    keep = False  # its caller gave up mid-call (see verify)
+                    break
+                if scope.cancelled_caught:
+                    keep = False
                     self._finish(call, Verdict(
                         reward=self.timeout_reward,
                         outcome="timeout",
@@ -427,9 +403,24 @@ class VerifierPool:
                         latency_s=elapsed,
                         detail=f"no verdict within {self.timeout_s}s; worker killed",
                     ), elapsed)
-            if dead is not None:
-                keep = False
-                self._finish(dead[0], self._error(dead[0].name, dead[1], await worker.death_cause()), dead[1])
+                    break
+                if raw is None:
+                    keep = False
+                    self._finish(call, self._error(call.name, elapsed, await worker.death_cause()), elapsed)
+                    break
+                try:
+                    reply = reply_decoder.decode(raw)
+                except msgspec.ValidationError as e:  # e.g. an outcome outside the Literal
+                    reply = WorkerReply(error=f"an invalid Verdict: {e}")
+                worker.calls += 1
+                if reply.verdict is None:
+                    verdict = self._error(call.name, elapsed, f"verifier raised {reply.error}")
+                else:
+                    verdict = msgspec.structs.replace(reply.verdict, verifier=call.name, latency_s=elapsed)
+                self._finish(call, verdict, elapsed)
+                if reply.recycle or (self._max_tasks and worker.calls >= self._max_tasks):
+                    keep = False
+                    break
         except _IO_ERRORS:  # the send failed: the worker is gone; nothing of the batch ran
             keep = False
         finally:

@@ -50,7 +50,6 @@ def test_seeded_requests_past_one_steps_token_budget_are_served_and_reproducible
         kv_cache_memory_bytes=64 << 20, max_num_seqs=REQUESTS, extra=extra,
     )
     prompts = _prompts(AutoTokenizer.from_pretrained(str(tiny_model)))
-    assert sum(len(p) for p in prompts) > 2048  # characters; each term is one token or more
     engine = make_engine(cfg)
     loop.run(engine.start(), timeout=300)
     try:
@@ -61,7 +60,7 @@ def test_seeded_requests_past_one_steps_token_budget_are_served_and_reproducible
 
         first = loop.run(all_at_once(), timeout=300)
         prompt_tokens = sum(len(r.prompt_ids) for r in first)
-        assert prompt_tokens > 2 * 2048, prompt_tokens
+        assert prompt_tokens > 2 * 2048, prompt_tokens  # more than two steps' worth: some prefill had to wait
         assert all(len(r.generations) == 1 and r.generations[0].ids for r in first)
         again = loop.run(all_at_once(), timeout=300)
         assert [r.generations[0].ids for r in again] == [r.generations[0].ids for r in first]
