@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
@@ -162,15 +163,20 @@ def hop_span(
     return tracer().start_as_current_span(name, context=context, attributes=attributes)
 
 
+_W3C = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def _well_formed(traceparent: str | None) -> bool:
+    """A W3C ``traceparent`` (version 00) as this project writes them; a hop
+    passes on nothing else (the header is untrusted, and copied onto every
+    message the hop publishes)."""
+    return traceparent is not None and len(traceparent) == 55 and _W3C.fullmatch(traceparent) is not None
+
+
 def _unsampled(traceparent: str | None) -> bool:
-    """A well-formed W3C ``traceparent`` whose sampled flag is off: the root
+    """A well-formed ``traceparent`` whose sampled flag is off: the root
     decided not to record this trajectory (head sampling), so no hop does."""
-    if not traceparent or len(traceparent) != 55 or traceparent[2] != "-":
-        return False
-    try:
-        return not int(traceparent[53:55], 16) & 1
-    except ValueError:
-        return False
+    return _well_formed(traceparent) and not int(traceparent[53:55], 16) & 1  # type: ignore[index]
 
 
 def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
@@ -180,7 +186,7 @@ def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
     carrier: dict[str, str] = dict(headers or {})
     if _provider is None or not trace.get_current_span().get_span_context().is_valid:
         incoming = _incoming.get()
-        if incoming:
+        if _well_formed(incoming):
             carrier["traceparent"] = incoming
         return carrier
     _propagator.inject(carrier)
@@ -190,8 +196,8 @@ def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
 @contextmanager
 def passing_on(traceparent: str | None) -> Iterator[None]:
     """Handle a message that carries ``traceparent``: a process that records no
-    spans passes it on unchanged to what it publishes, so the trajectory's trace
-    stays whole downstream at the cost of a string copy."""
+    spans passes it on unchanged to what it publishes (when well-formed), so the
+    trajectory's trace stays whole downstream at the cost of a string copy."""
     token = _incoming.set(traceparent)
     try:
         yield

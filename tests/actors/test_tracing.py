@@ -95,3 +95,49 @@ def test_remote_span_context_of_a_message():
     ctx = remote_span_context(extract_context({"traceparent": SAMPLED}))
     assert ctx is not None and f"{ctx.trace_id:032x}" == SAMPLED.split("-")[1]
     assert trace.get_current_span().get_span_context().is_valid is False  # nothing was attached
+
+
+W3C = r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}"
+HOSTILE = [
+    "",                                                          # empty
+    "garbage",                                                   # not W3C at all
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-zz",   # 55 chars, flags not hex
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0",    # one short
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-011",  # one long
+    "00-00000000000000000000000000000000-b7ad6b7169203331-01",   # all-zero trace id (invalid)
+    "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",   # all-zero span id (invalid)
+    "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",   # forbidden version
+    "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",   # upper case
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nNats-Msg-Id: x",  # header smuggling
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-\u00e9\u00e9",  # non-ASCII flags
+    "00-" + "a" * 1_000_000,                                     # a megabyte
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-02",   # only the random bit: unsampled
+]
+
+
+@pytest.mark.parametrize("traceparent", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_hostile_traceparent_never_breaks_a_hop_nor_travels_on_malformed(tmp_path, traceparent):
+    """A message's headers are untrusted. Whatever its ``traceparent``, the hop
+    runs: it records under a fresh root (a recording process rejects what does
+    not parse), or, for a well-formed header whose sampled flag is off, records
+    nothing and passes it on unchanged. Nothing malformed goes downstream."""
+    import re
+
+    recording, downstream = _hop(_provider(tmp_path, ratio=1.0).get_tracer("t"), traceparent)
+    if recording:
+        assert re.fullmatch(W3C, downstream) and _sampled(downstream)
+    else:  # the fast path: a well-formed, unsampled header, handed on as it came
+        assert downstream == traceparent and re.fullmatch(W3C, traceparent) and not _sampled(traceparent)
+
+
+@pytest.mark.parametrize("traceparent", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_process_that_records_nothing_passes_on_only_well_formed_traceparents(monkeypatch, traceparent):
+    """Without a tracer provider the header is not parsed, only checked for its
+    shape: a malformed one (a megabyte, smuggled header lines) is dropped rather
+    than copied onto every message the hop publishes."""
+    import re
+
+    monkeypatch.setattr(tracing, "_provider", None)
+    with passing_on(traceparent):
+        downstream = inject_headers().get("traceparent")
+    assert downstream == (traceparent if re.fullmatch(W3C, traceparent) else None)
