@@ -1,6 +1,6 @@
 """The NATS side of every actor: connection, topology, publish, dead letters.
 
-``Bus.connect`` retries with backoff until ``connect_timeout_s`` and then
+``Bus.connect`` retries (``rlvr.actors.retry``) until ``connect_timeout_s`` and then
 fails loudly; after that nats-py reconnects on its own. It presents the
 credentials and TLS files ``NatsConfig`` names (``rlvr.actors.secrets`` reads
 them; no error or log line carries a secret). ``ensure_topology`` (the
@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import msgspec
 import nats
+import nats.errors as nats_errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError
@@ -34,6 +35,7 @@ from rlvr.actors import topology
 from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.logs import get_logger
+from rlvr.actors.retry import retrying
 from rlvr.actors.secrets import connect_options, redact
 from rlvr.actors.tracing import inject_headers
 from rlvr.protocol import DeadLetter, RunNames, encode
@@ -65,8 +67,6 @@ class Bus:
     @classmethod
     async def connect(cls, nats_cfg: NatsConfig, bus_cfg: BusConfig, names: RunNames, replica: str) -> Bus:
         deadline = time.monotonic() + nats_cfg.connect_timeout_s
-        delay = 0.1
-        last: Exception | None = None
         holder: list[Bus] = []
         auth = connect_options(nats_cfg)  # a missing secret file fails here, naming the key
         refused: list[Exception] = []
@@ -80,33 +80,31 @@ class Bus:
             if holder:
                 holder[0].closed.set()
 
-        while True:
-            try:
-                # nats-py retries a failed first connect on its own schedule
-                # (max_reconnect_attempts x reconnect_wait); our deadline wins.
-                with anyio.fail_after(max(0.5, deadline - time.monotonic())):
-                    nc = await nats.connect(
-                        servers=[u.strip() for u in nats_cfg.url.split(",")],
-                        name=f"rlvr-{names.run}-{replica}",
-                        connect_timeout=max(1, int(nats_cfg.connect_timeout_s)),
-                        reconnect_time_wait=nats_cfg.reconnect_wait_s,
-                        max_reconnect_attempts=nats_cfg.max_reconnect_attempts,
-                        allow_reconnect=True,
-                        error_cb=on_error,
-                        disconnected_cb=_on_disconnect,
-                        reconnected_cb=_on_reconnect,
-                        closed_cb=on_closed,
-                        **auth,
-                    )
-                holder.append(cls(nc, names, nats_cfg, bus_cfg, replica))
-                return holder[0]
-            except Exception as e:  # nats raises several types for "no server"
-                last = e
-            if time.monotonic() + delay > deadline:
-                why = "the server refused the credentials (Authorization Violation)" if refused else repr(last)
-                raise BusConnectError(redact(f"cannot reach NATS at {nats_cfg.url}: {why}")) from None
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        try:
+            async for attempt in retrying("connect", until=nats_cfg.connect_timeout_s, on=_may_connect_later,
+                                          wait_initial=0.1, wait_max=2.0):
+                with attempt:
+                    # nats-py retries a failed first connect on its own schedule
+                    # (max_reconnect_attempts x reconnect_wait); our deadline wins.
+                    with anyio.fail_after(max(0.5, deadline - time.monotonic())):
+                        nc = await nats.connect(
+                            servers=[u.strip() for u in nats_cfg.url.split(",")],
+                            name=f"rlvr-{names.run}-{replica}",
+                            connect_timeout=max(1, int(nats_cfg.connect_timeout_s)),
+                            reconnect_time_wait=nats_cfg.reconnect_wait_s,
+                            max_reconnect_attempts=nats_cfg.max_reconnect_attempts,
+                            allow_reconnect=True,
+                            error_cb=on_error,
+                            disconnected_cb=_on_disconnect,
+                            reconnected_cb=_on_reconnect,
+                            closed_cb=on_closed,
+                            **auth,
+                        )
+        except Exception as e:  # nats raises several types for "no server"
+            why = "the server refused the credentials (Authorization Violation)" if refused else repr(e)
+            raise BusConnectError(redact(f"cannot reach NATS at {nats_cfg.url}: {why}")) from None
+        holder.append(cls(nc, names, nats_cfg, bus_cfg, replica))
+        return holder[0]
 
     async def close(self) -> None:
         if not self.nc.is_closed:
@@ -130,17 +128,9 @@ class Bus:
     async def _retrying(self, op, what: str):
         """``op()``, retried on transient faults (an election, a partition, a full
         store) for at most ``bus.topology_wait_s``: topology calls are idempotent."""
-        deadline = time.monotonic() + self.cfg.topology_wait_s
-        delay = 0.5
-        while True:
-            try:
+        async for attempt in retrying(what, until=self.cfg.topology_wait_s, wait_initial=0.5):
+            with attempt:
                 return await op()
-            except Exception as e:
-                if not is_transient_bus_fault(e) or time.monotonic() + delay > deadline:
-                    raise
-                log.warning("topology_retry", op=what, error=f"{type(e).__name__}: {e}", retry_in_s=delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 10.0)
 
     async def check_topology(self, role: str) -> None:
         """Wait (bounded) for what ``role`` needs and check its shape; never creates or changes it."""
@@ -235,18 +225,22 @@ class Bus:
         """Fire-and-forget core NATS publish (heartbeats)."""
         await self.nc.publish(subject, encode(msg))
 
-    async def dead_letter(self, stage: str, msg: Msg, reason: str, error_type: str, kind: str = "term") -> bool:
+    async def dead_letter(
+        self, stage: str, msg: Msg, reason: str, error_type: str, kind: str = "term", *, bare: bool = False
+    ) -> bool:
         """Publish ``msg`` to DEAD with its reason; return True when it went as a reference.
 
         A copy that would not fit the server's ``max_payload`` (with the
         letter's own fields around it) goes as a reference instead: stream,
-        sequence, size and the first bytes. Raises on any publish failure
-        (timeout, storage full): the caller keeps the message and retries.
+        sequence, size and the first bytes. ``bare``: a reference with none of
+        the message's bytes or headers (the caller's fallback when copying
+        them failed). Raises on any publish failure (timeout, storage full):
+        the caller keeps the message and retries.
         """
         meta = _safe_metadata(msg)
         seq = meta.sequence.stream if meta else None
-        data = bytes(msg.data)
-        headers = dict(msg.headers or {})
+        data = b"" if bare else bytes(msg.data)
+        headers = {} if bare else dict(msg.headers or {})
         letter = DeadLetter(
             run=self.names.run,
             stage=stage,
@@ -261,10 +255,10 @@ class Bus:
             kind=kind,
             stream=meta.stream if meta else "",
             stream_seq=seq or 0,
-            size=len(data),
+            size=len(data) if not bare else _safe_size(msg),
         )
         msg_id = f"dead/{stage}/{seq}" if seq is not None else None
-        reference = len(data) + _headers_size(headers) + _LETTER_OVERHEAD > self.nc.max_payload
+        reference = bare or len(data) + _headers_size(headers) + _LETTER_OVERHEAD > self.nc.max_payload
         if not reference:
             try:
                 await self.publish(self.names.dead(stage), letter, msg_id=msg_id)
@@ -298,11 +292,24 @@ def _headers_size(headers: dict[str, str]) -> int:
     return sum(len(k) + len(v) + 4 for k, v in headers.items())
 
 
+def _safe_size(msg: Msg) -> int:
+    try:
+        return len(msg.data)
+    except Exception:  # a bare letter is the fallback: it must not fail on the message
+        return 0
+
+
 def _safe_metadata(msg: Msg) -> Any:
     try:
         return msg.metadata
     except Exception:  # not a JetStream message (core publish)
         return None
+
+
+def _may_connect_later(e: BaseException) -> bool:
+    """No server yet (refused, unreachable, no answer in time): worth another try
+    until the connect deadline (a TLS handshake failure is an OSError too). A bad URL is not."""
+    return isinstance(e, (nats_errors.NoServersError, OSError, TimeoutError)) or is_transient_bus_fault(e)
 
 
 def default_replica_id(role: str) -> str:

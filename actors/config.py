@@ -4,7 +4,7 @@ Every struct forbids unknown keys, so a typo is an error that names the key.
 Each component is handed only its own section (STYLE.md habit 7).
 
 Not here: the whole-run ``Config`` that names each role's section. It lives in
-``rlvr.actors.entry_config``, which only the entry layer (``cli``, ``roles``,
+``rlvr.cli.run_config``, which only the entry layer (``cli``, ``roles``,
 ``launcher``) imports, so that the runtime every role shares never imports a
 role. The comments on each field are the option reference: ``rlvr-actor
 config-doc`` prints them (the README's table is that output).

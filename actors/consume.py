@@ -5,14 +5,19 @@ Every message ends in exactly one of:
 - ``Ack``: done (the handler's default when it returns ``None``);
 - ``Nak(delay)``: not now, redeliver later (nothing was lost);
 - ``Term(reason)``: never redeliver; the message is dead-lettered first, with the reason;
+- ``Hold``: the handler keeps custody; the message stays in the consumer's
+  hands, kept alive, until the holder calls ``release(stream_seq)`` (the
+  learner acks a sample once a checkpoint records its fate);
 - ``in_progress`` is not an outcome but a keep-alive: the consumer's one ticker sends it for
-  every message held past ``keep_alive_every_s`` (the outcome types live in ``delivery.py``).
+  every message in hand or held past ``keep_alive_every_s`` (the outcome types live in
+  ``delivery.py``). Like every ack and nak it is never fatal: a failure is counted.
 
-Messages are untrusted. Before a handler sees one, it must
+Messages are untrusted. Before a handler sees one, ``rlvr.actors.admission``
+(pure, testable without a server) checks that it does
 
-1. not be a poison pill: a message delivered more than ``poison_after`` times
-   without being settled (its holder died or hung with it) is dead-lettered
-   unread, so it can never crash-loop a role;
+1. not look like a poison pill: a message delivered more than ``poison_after``
+   times without being settled (its holder died or hung with it) is
+   dead-lettered unread, so it can never crash-loop a role;
 2. decode (codec.py) and pass its family's checks (``validate``, by default
    ``rlvr.protocol.validate.check_message``): finite numbers, lengths that
    agree, ids in range, bounded sizes;
@@ -31,12 +36,14 @@ A transient bus fault (``is_transient_bus_fault``: a publish that timed out,
 a full store, no stream leader) is not the message's fault: the handler is
 retried in place, the message kept alive, so an outage never turns good
 messages into poison pills. A pull that fails that way is retried too, for
-at most ``bus.topology_wait_s``, then the consumer fails naming itself.
+at most ``bus.topology_wait_s``, then the consumer fails naming itself. Both
+retry through ``rlvr.actors.retry``, the one retry policy.
 
 Dead-lettering never kills the actor: a message too large to copy goes to
 DEAD as a reference (bus.py), and a failed publish to DEAD (a timeout, a full
-store) is retried with backoff while the message stays un-acked and kept
-alive with ``in_progress``. Every dead letter is counted by kind
+store) is retried while the message stays un-acked and kept alive with
+``in_progress``; a letter that cannot copy the message's bytes or headers
+goes bare (reason, stream and sequence only). Every dead letter is counted by kind
 (``dead_letter.<kind>``, ``poison_pills``, ``dead_letter_failures``,
 ``dead_letter_retrying``) in ``ConsumerStats.counters``, which each role puts
 in its heartbeat, so ``rlvr-actor status`` shows them.
@@ -66,7 +73,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -74,6 +80,7 @@ import anyio
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from rlvr.actors.admission import DEAD_KINDS, Admission, MessageRefused, MessageRepublished
 from rlvr.actors.bus import Bus
 from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.delivery import (
@@ -88,10 +95,10 @@ from rlvr.actors.delivery import (
     Term,
 )
 from rlvr.actors.logs import bind_message, get_logger
+from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.tracing import passing_on, trace_id_of
-from rlvr.protocol import MessageDecodeError
 from rlvr.protocol.subjects import ConsumerDef
-from rlvr.protocol.validate import MessageInvalidError, check_message
+from rlvr.protocol.validate import check_message
 
 T = TypeVar("T")
 log = get_logger("rlvr.consume")
@@ -100,42 +107,6 @@ log = get_logger("rlvr.consume")
 # How long the pull loop waits for half the window to free up before it
 # pulls for the slots that are free (bounds the latency a batched pull adds).
 _LINGER_S = 0.02
-# Dead-letter kinds, the suffix of the ``dead_letter.<kind>`` counters.
-DEAD_KINDS = ("malformed", "schema", "version", "invalid", "conflict", "poison", "term")
-# Message ids (and stream sequences) one consumer remembers, for the
-# conflicting-duplicate check and to tell its own give-backs from crashes.
-_REMEMBERED = 65_536
-
-
-class _Refused(Exception):
-    def __init__(self, kind: str, reason: str, error_type: str) -> None:
-        super().__init__(reason)
-        self.kind, self.reason, self.error_type = kind, reason, error_type
-
-
-class _Republished(Exception):
-    def __init__(self, msg_id: str) -> None:
-        super().__init__(msg_id)
-        self.msg_id = msg_id
-
-
-class _Lru:
-    """A bounded map that forgets its oldest entries."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: OrderedDict[object, object] = OrderedDict()
-
-    def get(self, key: object) -> object | None:
-        return self.items.get(key)
-
-    def put(self, key: object, value: object) -> None:
-        self.items[key] = value
-        self.items.move_to_end(key)
-        while len(self.items) > self.size:
-            self.items.popitem(last=False)
-
-
 Handler = Callable[[T, Delivery], Awaitable["Outcome | None"]]
 
 
@@ -159,35 +130,27 @@ class Consumer(Generic[T]):
         self.bus = bus
         self.cd = cd
         self.stage = stage
-        self.decode = decode
         self.handle = handle
         self.concurrency = concurrency
         self.task_id_of = task_id_of
         self.start_seq = start_seq
-        self.validate = validate
         self.stats = ConsumerStats()
         # Poison threshold: the last allowed delivery must always settle the
         # message, or a message that keeps killing its holder stays stuck.
         n = bus.cfg.poison_after if poison_after is None else poison_after
         self.poison_after = max(1, min(n, cd.max_deliver))
-        self.unsettled_limit = max(1, min(n, cd.max_deliver - 1))
-        self._digests = _Lru(_REMEMBERED)  # Nats-Msg-Id -> (digest, meaning, stream seq) of its first copy
-        # What a copy published again must equal to be the same message (a Task
-        # re-issued after a restart differs only in when it was issued): such a
-        # copy under another stream sequence is acked and counted as a duplicate,
-        # not served twice. None: copies with equal bytes are served again and
-        # the caller dedups (the learner's ledger must see every sequence).
-        self.meaning = meaning
-        self._returned = _Lru(_REMEMBERED)  # stream seqs this consumer gave back (nak/hold)
+        self.admission = Admission(decode, unsettled_limit=max(1, min(n, cd.max_deliver - 1)), validate=validate,
+                                   meaning=meaning)
         self._backoff_max_s = max(0.1, min(30.0, bus.cfg.ack_wait_s / 3))
-        self._pull_failing_since: float | None = None
         # The window: ``_free`` slots of ``concurrency``; ``_room`` is set
         # whenever one frees up (or stop is set), to wake the pull loop.
         self._free = concurrency
         self._room = anyio.Event()
         self._pulled_short = False  # the last pull came back with less than half the window
         self.keep_alive_every_s = keep_alive_every_s
-        self._held: dict[int, list] = {}  # id(msg) -> [msg, time of its last sign of life]
+        # Messages in hand, being handled or held (``Hold``) until ``release``:
+        # stream seq -> [msg, time of its last sign of life]. The ticker keeps them alive.
+        self._held: dict[int | None, list] = {}
         # Pulled messages on their way to a lane; None tells a lane to stop.
         self._inbox: asyncio.Queue[Msg | None] = asyncio.Queue()
 
@@ -238,7 +201,7 @@ class Consumer(Generic[T]):
     async def _give_back(self, msg: Msg) -> None:
         """Nak a message at stop, for immediate redelivery elsewhere (at most 2 s)."""
         with anyio.move_on_after(2):
-            self._returned.put(_seq(msg), True)
+            self.admission.given_back(_seq(msg))
             if await self._safely(msg.nak, "nak"):
                 self.stats.counters["naked"] += 1
             log.info("naked_on_stop", stream_seq=_seq(msg))
@@ -293,18 +256,7 @@ class Consumer(Generic[T]):
         # at once (they would age in our hands past ack_wait).
         taken, self._free = self._free, 0
         try:
-            msgs = await sub.fetch(batch=taken, timeout=self.bus.cfg.fetch_timeout_s)
-            self._pull_failing_since = None
-        except (NatsTimeoutError, asyncio.TimeoutError):
-            # nats-py raises its own TimeoutError for batch=1 and asyncio's
-            # for batch>1 when nothing arrived: either way, no messages.
-            msgs = []
-        except Exception as e:
-            self._free += taken
-            if not is_transient_bus_fault(e):
-                raise
-            await self._pull_failed(e)
-            return
+            msgs = await self._fetch(sub, taken)
         except BaseException:
             self._free += taken
             raise
@@ -313,122 +265,114 @@ class Consumer(Generic[T]):
         for m in msgs:
             self._inbox.put_nowait(m)
 
-    async def _pull_failed(self, e: Exception) -> None:
-        """A pull the server could not answer (a leader election, a partition,
-        a full store, a consumer being recreated): wait and pull again, saying
-        so, for at most ``bus.topology_wait_s``; then fail naming the consumer."""
-        now = time.monotonic()
-        if self._pull_failing_since is None:
-            self._pull_failing_since = now
-        failing_s = now - self._pull_failing_since
-        self.stats.counters["pull_failures"] += 1
-        if failing_s > self.bus.cfg.topology_wait_s:
+    async def _fetch(self, sub, batch: int) -> list[Msg]:
+        """Up to ``batch`` messages. A pull the server could not answer (a leader
+        election, a partition, a full store, a consumer being recreated) is
+        pulled again, saying so, for at most ``bus.topology_wait_s``; then the
+        consumer fails, naming itself."""
+
+        def count(_: BaseException) -> None:
+            self.stats.counters["pull_failures"] += 1
+
+        wait_s = self.bus.cfg.topology_wait_s
+        try:
+            async for attempt in retrying("pull", until=wait_s, wait_initial=0.5, wait_max=self._backoff_max_s,
+                                          on_retry=count, consumer=self.cd.durable, stream=self.cd.stream):
+                with attempt:
+                    try:
+                        return await sub.fetch(batch=batch, timeout=self.bus.cfg.fetch_timeout_s)
+                    except (NatsTimeoutError, asyncio.TimeoutError):
+                        # nats-py raises its own TimeoutError for batch=1 and asyncio's
+                        # for batch>1 when nothing arrived: either way, no messages.
+                        return []
+        except Exception as e:
+            if not is_transient_bus_fault(e):
+                raise
+            self.stats.counters["pull_failures"] += 1
             raise ConsumerUnavailableError(
                 f"pulling from consumer {self.cd.durable!r} on stream {self.cd.stream} has failed for "
-                f"{failing_s:.0f}s (bus.topology_wait_s={self.bus.cfg.topology_wait_s:g}); last error: "
-                f"{type(e).__name__}: {e}; if the consumer was deleted, `rlvr-actor init` or a learner "
-                "restart recreates it"
+                f"about {wait_s:g}s (bus.topology_wait_s); last error: {type(e).__name__}: {e}; if the "
+                "consumer was deleted, `rlvr-actor init` or a learner restart recreates it"
             ) from e
-        log.warning("pull_failed", consumer=self.cd.durable, stream=self.cd.stream, failing_s=round(failing_s, 1),
-                    error=f"{type(e).__name__}: {e}")
-        await anyio.sleep(min(self._backoff_max_s, 0.5 + failing_s / 10))
+        raise AssertionError("unreachable: retrying either returns or raises")
 
     async def _handle(self, obj: T, delivery: Delivery) -> Outcome:
         """The handler's outcome. A transient bus fault (a publish that timed
         out, a full store, no stream leader) is not the message's fault: it is
-        retried in place with backoff, the message kept alive with
-        ``in_progress``, so its delivery count never turns it into a poison pill."""
-        wait_s = 0.25
-        while True:
-            try:
-                return await self.handle(obj, delivery) or Ack()
-            except ActorFatalError:
-                raise
-            except Exception as e:  # a fault: infrastructure, engine, bug
-                if not is_transient_bus_fault(e):
-                    self.stats.counters["faults"] += 1
-                    return self._fault_outcome(delivery, e)
-                self.stats.counters["bus_retries"] += 1
-                log.warning("bus_fault_retry", error=f"{type(e).__name__}: {e}", retry_in_s=round(wait_s, 2))
-                await self._safely(delivery.msg.in_progress, "in_progress")
-                await anyio.sleep(wait_s)
-                await self._safely(delivery.msg.in_progress, "in_progress")
-                wait_s = min(self._backoff_max_s, wait_s * 2)
+        retried in place, for as long as it lasts, the message kept alive with
+        ``in_progress``, so its delivery count never turns it into a poison
+        pill. Any other exception is a fault of this delivery (``_fault_outcome``)."""
+
+        async def keep_alive(_: BaseException) -> None:
+            self.stats.counters["bus_retries"] += 1
+            await self._safely(delivery.msg.in_progress, "in_progress")
+
+        try:
+            async for attempt in retrying("handle", until=FOREVER, wait_max=self._backoff_max_s, on_retry=keep_alive,
+                                          stream_seq=delivery.stream_seq):
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        await self._safely(delivery.msg.in_progress, "in_progress")
+                    return await self.handle(obj, delivery) or Ack()
+        except ActorFatalError:
+            raise
+        except Exception as e:  # a fault: infrastructure, engine, bug
+            self.stats.counters["faults"] += 1
+            return self._fault_outcome(delivery, e)
+        raise AssertionError("unreachable: retrying FOREVER either returns or raises")
 
     async def _one(self, msg: Msg) -> None:
         self.stats.in_flight += 1
         self.stats.counters["received"] += 1
-        self._held[id(msg)] = [msg, time.monotonic()]
-        settled = False
+        key = _seq(msg)
+        entry = [msg, time.monotonic()]
+        self._held[key] = entry  # a redelivery of a held message takes its place
+        outcome: Outcome | None = None
         try:
             delivery = Delivery(msg)
             try:
-                obj = self._admit(msg, delivery)
-            except _Refused as r:
+                obj = self.admission.admit(msg.data, delivery.headers, num_delivered=delivery.num_delivered,
+                                           stream_seq=delivery.stream_seq)
+            except MessageRefused as r:
                 await self._dead(msg, r.kind, r.reason, r.error_type)
-                settled = True
+                outcome = Term(r.reason, r.error_type, kind=r.kind)
                 return
-            except _Republished as r:
+            except MessageRepublished as r:
                 # The same message published again (a feeder re-issuing after a restart,
                 # past a duplicate window the server lost): the first copy is served.
                 log.info("duplicate_dropped", msg_id=r.msg_id, stream_seq=delivery.stream_seq)
                 self.stats.counters["duplicates"] += 1
                 await self._settle(msg, Ack())
-                settled = True
+                outcome = Ack()
                 return
             traceparent = delivery.headers.get("traceparent")
             with passing_on(traceparent), bind_message(task_id=self._task_id(obj), trace_id=trace_id_of(traceparent)):
-                outcome = await self._handle(obj, delivery)  # ActorFatalError: the finally below naks
-                await self._settle(msg, outcome)
-                settled = True
+                handled = await self._handle(obj, delivery)  # ActorFatalError: the finally below naks
+                await self._settle(msg, handled)
+                outcome = handled
         finally:
-            self._held.pop(id(msg), None)
-            if not settled:
+            held = isinstance(outcome, Hold) and self._held.get(key) is entry
+            if not held and self._held.get(key) is entry:
+                del self._held[key]
+            if outcome is None:
                 # Cancelled (drain timeout or shutdown): give the message back now.
                 with anyio.CancelScope(shield=True):
                     await self._give_back(msg)
             self.stats.in_flight -= 1
             self._release()
 
-    def _admit(self, msg: Msg, delivery: Delivery) -> T:
-        """The decoded, validated message, or ``_Refused`` saying why not."""
-        n = delivery.num_delivered
-        if n > self.unsettled_limit and self._returned.get(delivery.stream_seq) is None:
-            raise _Refused(
-                "poison",
-                f"poison pill: delivered {n} times and never settled (its holder died or hung with it); "
-                f"poison_after={self.unsettled_limit}",
-                "PoisonPill",
-            )
-        try:
-            obj = self.decode(msg.data)
-        except MessageDecodeError as e:
-            raise _Refused(e.kind, e.reason, f"MessageDecodeError:{e.kind}") from None
-        except Exception as e:  # a decoder must never take the actor down
-            raise _Refused("malformed", f"{type(e).__name__}: {e}", type(e).__name__) from None
-        try:
-            self.validate(obj)
-        except MessageInvalidError as e:
-            raise _Refused("invalid", e.reason, "MessageInvalidError") from None
-        except Exception as e:
-            raise _Refused("invalid", f"{type(e).__name__}: {e}", type(e).__name__) from None
-        msg_id = _identity(obj) or delivery.headers.get("Nats-Msg-Id")
-        if msg_id:
-            digest = _fingerprint(msg.data)
-            meaning = _fingerprint(self.meaning(obj)) if self.meaning is not None else digest
-            seen = self._digests.get(msg_id)  # (digest, meaning, stream seq) of the first copy
-            if seen is not None and seen[0] != digest and seen[1] != meaning:
-                raise _Refused(
-                    "conflict",
-                    f"id {msg_id!r} was already received with other content (published again, past "
-                    "the duplicate window or under another Nats-Msg-Id, and not the same message)",
-                    "ConflictingDuplicate",
-                )
-            if seen is not None and self.meaning is not None and seen[2] != delivery.stream_seq:
-                raise _Republished(msg_id)
-            if seen is None:
-                self._digests.put(msg_id, (digest, meaning, delivery.stream_seq))
-        return obj
+    async def release(self, stream_seq: int, outcome: Ack | Nak | None = None) -> None:
+        """Settle a message its handler held (``Hold``): ack it (or nak it) now.
+        Never fatal, like every settle; a sequence not held (released already,
+        or never held) is left alone."""
+        entry = self._held.pop(stream_seq, None)
+        if entry is not None:
+            await self._settle(entry[0], outcome or Ack())
+
+    @property
+    def held(self) -> int:
+        """Messages held by their handlers (``Hold``), not being handled now."""
+        return max(0, len(self._held) - self.stats.in_flight)
 
     def _task_id(self, obj: T) -> str | None:
         try:
@@ -457,13 +401,13 @@ class Consumer(Generic[T]):
                 if await self._safely(msg.ack, "ack"):
                     self.stats.counters["acked"] += 1
             case Nak(delay_s=delay):
-                self._returned.put(_seq(msg), True)
+                self.admission.given_back(_seq(msg))
                 if await self._safely(lambda: msg.nak(delay=delay or None), "nak"):
                     self.stats.counters["naked"] += 1
             case Term(reason=reason, error_type=error_type, kind=kind):
                 await self._dead(msg, kind, reason, error_type)
-            case Hold():
-                self._returned.put(_seq(msg), True)
+            case Hold():  # kept in ``_held`` (alive) until ``release``
+                self.admission.given_back(_seq(msg))
 
     async def _safely(self, op: Callable[[], Awaitable[object]], what: str) -> bool:
         """Ack/nak/term; a failure is logged and counted, never fatal: the
@@ -477,31 +421,23 @@ class Consumer(Generic[T]):
             return False
 
     async def _dead(self, msg: Msg, kind: str, reason: str, error_type: str) -> None:
-        """Dead-letter and term ``msg``; retry the dead letter until it is stored.
+        """Dead-letter and term ``msg``, retrying the dead letter until it is stored.
 
         While DEAD refuses it (storage full, timeouts) the message stays
         un-acked and ours (``in_progress``) and the failure shows in the
-        counters; a stop cancels the wait and ``_one`` naks it back.
+        counters; a stop cancels the wait and ``_one`` naks it back. A
+        failure that is not the bus's comes from the message's own bytes or
+        headers (the letter copies them): the letter is then sent bare, its
+        reason, stream and sequence only, so no message can keep itself out
+        of DEAD or take the actor down.
         """
-        delay, failing = 0.2, False
         try:
-            while True:
-                try:
-                    reference = await self.bus.dead_letter(self.stage, msg, reason, error_type, kind)
-                    break
-                except Exception as e:
-                    self.stats.counters["dead_letter_failures"] += 1
-                    if not failing:
-                        failing = True
-                        self.stats.counters["dead_letter_retrying"] += 1
-                    log.error("dead_letter_failed", kind=kind, error=repr(e), retry_in_s=delay, stream_seq=_seq(msg))
-                    with anyio.move_on_after(5):
-                        await self._safely(msg.in_progress, "in_progress")
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, self._backoff_max_s)
-        finally:
-            if failing:
-                self.stats.counters["dead_letter_retrying"] -= 1
+            reference = await self._store_dead_letter(msg, kind, reason, error_type, bare=False)
+        except Exception as e:
+            self.stats.counters["dead_letter_bare"] += 1
+            log.error("dead_letter_copy_failed", kind=kind, error=f"{type(e).__name__}: {e}", stream_seq=_seq(msg))
+            reference = await self._store_dead_letter(msg, kind, f"{reason} (sent bare: {type(e).__name__})",
+                                                      error_type, bare=True)
         await self._safely(msg.term, "term")
         self.stats.counters["dead_lettered"] += 1
         self.stats.counters[f"dead_letter.{kind}"] += 1
@@ -510,21 +446,28 @@ class Consumer(Generic[T]):
         if reference:
             self.stats.counters["dead_letter_references"] += 1
 
+    async def _store_dead_letter(self, msg: Msg, kind: str, reason: str, error_type: str, *, bare: bool) -> bool:
+        """``bus.dead_letter``, retried FOREVER on transient faults, the message kept alive meanwhile."""
+        failing = False
 
-def _fingerprint(data: bytes) -> int:
-    """Tells two copies of a message apart within this process: Python's bytes
-    hash (SipHash, keyed per process, so a publisher cannot aim a collision),
-    a few times cheaper than a cryptographic digest on a 10 KB sample."""
-    return hash(bytes(data))
+        async def keep(_: BaseException) -> None:
+            nonlocal failing
+            self.stats.counters["dead_letter_failures"] += 1
+            if not failing:
+                failing = True
+                self.stats.counters["dead_letter_retrying"] += 1
+            with anyio.move_on_after(5):
+                await self._safely(msg.in_progress, "in_progress")
 
-
-def _identity(obj: object) -> str | None:
-    """The stable id a message is published under (its ``Nats-Msg-Id``)."""
-    sid = getattr(obj, "sample_id", None)  # Sample, Scored
-    if isinstance(sid, str):
-        return sid
-    tid = getattr(obj, "task_id", None)  # Task
-    return tid if isinstance(tid, str) else None
+        try:
+            async for attempt in retrying("dead_letter", until=FOREVER, wait_initial=0.2, wait_max=self._backoff_max_s,
+                                          on_retry=keep, kind=kind, stream_seq=_seq(msg)):
+                with attempt:
+                    return await self.bus.dead_letter(self.stage, msg, reason, error_type, kind, bare=bare)
+        finally:
+            if failing:
+                self.stats.counters["dead_letter_retrying"] -= 1
+        raise AssertionError("unreachable: retrying FOREVER either returns or raises")
 
 
 def _seq(msg: Msg) -> int | None:

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``sorted_values`` (ascending); 0.0 for no data.
+
+    The one quantile the project reports (heartbeats, the pool's stats, audit):
+    the smallest value with at least a ``q`` share of the values at or below it."""
+    if not sorted_values:
+        return 0.0
+    return sorted_values[max(1, math.ceil(q * len(sorted_values))) - 1]
 
 
 class RateMeter:
@@ -43,7 +54,4 @@ class LatencyMeter:
         self._values.append(value)
 
     def quantile(self, q: float) -> float:
-        if not self._values:
-            return 0.0
-        ordered = sorted(self._values)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        return quantile(sorted(self._values), q)

@@ -24,8 +24,6 @@ shapes of the streams (``rlvr.protocol.subjects``).
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -231,36 +229,6 @@ async def _wait_for(bus: Bus, names: list[str], role: str) -> dict:
         await anyio.sleep(min(0.5, max(0.0, deadline - now)))
 
 
-
-
-def init_main(run: str, nats_cfg, bus_cfg) -> int:
-    """``rlvr-actor init``: create or update the run's topology, print what it holds, exit."""
-    from rlvr.actors.bus import Bus, BusConnectError
-    from rlvr.actors.secrets import NatsCredentialsError, redact
-    from rlvr.protocol import RunNames
-
-    async def go() -> list[str]:
-        # The topology's owner is the learner: init connects as its user.
-        bus = await Bus.connect(nats_cfg.for_role("learn"), bus_cfg, RunNames(run), f"init-{os.getpid()}")
-        try:
-            return await bus.ensure_topology()
-        finally:
-            await bus.close()
-
-    try:
-        touched = anyio.run(go)
-    except (BusConnectError, NatsCredentialsError) as e:
-        print(f"rlvr-actor init: {redact(str(e))}", file=sys.stderr)
-        return 3
-    except Exception as e:  # a refused or invalid stream config: say what the server said
-        print(f"rlvr-actor init: {type(e).__name__}: {redact(str(e))}", file=sys.stderr)
-        return 1
-    print(f"run {run}: topology ready on {redact(nats_cfg.url)}")
-    for name in touched:
-        print(f"  {name}")
-    return 0
-
-
 __all__ = [
     "ROLE_DURABLES",
     "ROLE_STREAMS",
@@ -271,6 +239,5 @@ __all__ = [
     "consumer_config",
     "create_consumer",
     "ensure_topology",
-    "init_main",
     "stream_config",
 ]

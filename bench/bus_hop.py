@@ -65,7 +65,7 @@ import anyio
 from bus_common import SIZES, relay, samples, tree_cpu_s  # bench/ is sys.path[0]
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, ConfigError, NatsConfig
-from rlvr.actors.natsserver import NatsServer
+from rlvr.cli.natsserver import NatsServer
 from rlvr.protocol import Heartbeat, RunNames, Scored, decode
 
 HERE = Path(__file__).resolve().parent
@@ -93,7 +93,7 @@ def role_config(path: Path, run: str, url: str, workers: int, tracing: str) -> N
         f"[verify]\npool_size = {workers}\nconcurrency = {WINDOW}\nwarm_verifiers = []\n"
         f"[observability]\n{obs}"
     )
-    from rlvr.actors.roles import load_role_config
+    from rlvr.cli.roles import load_role_config
 
     try:
         load_role_config("verify", path)
@@ -207,7 +207,7 @@ async def bench(args: argparse.Namespace, srv: NatsServer, tmp: Path) -> list[di
             role_config(cfg, run, srv.url, workers, tracing)
             prefix = ["-m", "cProfile", "-o", str(Path(args.profile).resolve() / f"verify-{conf}.prof")] \
                 if args.profile else []
-            argv = [sys.executable, *prefix, "-m", "rlvr.actors.cli", "--role", "verify", "--config", str(cfg),
+            argv = [sys.executable, *prefix, "-m", "rlvr.cli", "--role", "verify", "--config", str(cfg),
                     "--replica", f"bench-{conf}"]
             procs[run] = start(argv, log, {**env, **TRACING[tracing][3], "RLVR_RUN_DIR": str(tmp / conf)})
         await wait_for(lambda: _has(relay_log, "ready"), "the raw relay binding its consumer", 60, every_s=0.05)

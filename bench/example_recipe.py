@@ -51,8 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_recipe(args: argparse.Namespace):
     """The built-in config with the command line's changes (validated like any config)."""
-    from rlvr.actors.entry_config import load_config
-    from rlvr.actors.launcher import builtin_config_path
+    from rlvr.cli.run_config import load_config
+    from rlvr.cli.commands.up import builtin_config_path
 
     chosen = {
         "learn.prepare.tie_embeddings": args.tie_embeddings or None,

@@ -77,7 +77,7 @@ async def _measure(args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoConfig
 
-    from rlvr.actors.natsserver import NatsServer
+    from rlvr.cli.natsserver import NatsServer
     from rlvr.learner.engine import LearnerEngine
     from rlvr.learner.engine_config import LoraConfig, OptimizerConfig, TrainEngineConfig
     from rlvr.rollout.engines import HFEngineConfig, VLLMEngineConfig, make_engine

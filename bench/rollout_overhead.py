@@ -42,7 +42,7 @@ import anyio  # noqa: E402
 import msgspec  # noqa: E402
 
 from engine_direct import _config, arithmetic_prompts, measure_direct  # noqa: E402 (bench/ is sys.path[0])
-from rlvr.actors.natsserver import NatsServer  # noqa: E402
+from rlvr.cli.natsserver import NatsServer  # noqa: E402
 from rlvr.protocol import Heartbeat, RunNames, Sample, SamplingParams, Task, VerifierSpec, decode, encode  # noqa: E402
 from rlvr.rollout.engines import make_engine  # noqa: E402
 
@@ -141,7 +141,7 @@ def _start_replica(tmp: Path, url: str, engine_cfg, concurrency: int, threads: i
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), RLVR_RUN_DIR=str(tmp))
     with open(tmp / "replica.log", "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "rlvr.actors.cli", "--role", "rollout", "--config", str(tmp / "rollout.json"),
+            [sys.executable, "-m", "rlvr.cli", "--role", "rollout", "--config", str(tmp / "rollout.json"),
              "--nats", url, "--replica", REPLICA],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )

@@ -47,7 +47,7 @@ def version_minutes(run: Path, version: int) -> float:
 
 
 async def evaluate(args: argparse.Namespace) -> list[dict]:
-    from rlvr.actors.entry_config import load_config
+    from rlvr.cli.run_config import load_config
     from rlvr.learner.datasets import load_splits
     from rlvr.learner.passk import mean_pass_at_k
     from rlvr.protocol.tasks import SamplingParams

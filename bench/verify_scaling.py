@@ -32,7 +32,7 @@ import anyio
 
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
-from rlvr.actors.natsserver import NatsServer
+from rlvr.cli.natsserver import NatsServer
 from rlvr.protocol import Completion, Heartbeat, RunNames, Sample, SamplingParams, Scored, VerifierSpec, decode
 
 
@@ -159,7 +159,7 @@ def run_once(url: str, workdir: Path, replicas: int, cases, tag: str) -> tuple[f
     procs = []
     for rid in ids:
         log = open(workdir / f"{rid}.log", "wb")  # noqa: SIM115 (handed to the child)
-        argv = [sys.executable, "-m", "rlvr.actors.cli", "--role", "verify", "--config", str(cfg), "--replica", rid]
+        argv = [sys.executable, "-m", "rlvr.cli", "--role", "verify", "--config", str(cfg), "--replica", rid]
         procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
         log.close()
     try:

@@ -25,29 +25,27 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
-from nats.aio.msg import Msg
-from opentelemetry import trace
 from opentelemetry.trace import Link
 
 from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.consume import Ack, Consumer, Delivery, Hold, Term
 from rlvr.actors.logs import get_logger
+from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import remote_span_context, tracer
-from rlvr.learner.checkpoint import CheckpointStore, LearnerState, LedgerEntry
+from rlvr.learner.checkpoint import CheckpointStore, LearnerState
+from rlvr.learner.custody import Custody, span_links
 from rlvr.learner.config import LearnConfig
 from rlvr.learner.datasets import load_splits
 from rlvr.learner.eval_rounds import Evaluator
 from rlvr.learner.feeder import Feeder
-from rlvr.learner.groups import DropCounter, Group, GroupAssembler, filter_group
+from rlvr.learner.groups import Group, GroupAssembler, filter_group
 from rlvr.learner.lease import LearnerLease
-from rlvr.learner.ledger import Ledger
 from rlvr.learner.metrics import MetricsWriter, batch_metrics
 from rlvr.learner.records import StepRecord
 from rlvr.learner.rollout_versions import RolloutVersions
@@ -77,16 +75,9 @@ class LearnActor:
         self.out = Path(cfg.out_dir or run_dir or f"runs/{run}")
         self.started = time.monotonic()
         self.state = LearnerState()
-        self.ledger = Ledger(self.state.ledger)
-        self.drops = DropCounter()
-        # Verifier outcomes of every training sample received (kept or dropped), run totals.
-        self.outcomes: Counter[str] = Counter()
+        # Every sample's fate, from its arrival to the checkpoint that records it.
+        self.custody = Custody()
         self.assembler = GroupAssembler(cfg.group_timeout_s)
-        self.held: dict[str, Msg] = {}  # sample id -> its message, until its fate is settled
-        # Fates since the last checkpoint, written to its ledger entry.
-        self.step_trained: list[str] = []
-        self.step_drops: dict[str, str] = {}
-        self.span_ctx: dict[str, trace.SpanContext] = {}
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
         self.last_record: StepRecord | None = None
         # Made by _restore, once the bus and the checkpoint are at hand.
@@ -108,9 +99,7 @@ class LearnActor:
         loaded = store.load_latest()
         if loaded is not None:
             self.state = loaded
-            self.ledger = Ledger(loaded.ledger)
-            self.drops.samples.update(loaded.drops)
-            self.outcomes.update(loaded.outcomes)
+            self.custody = Custody.restored(loaded.ledger, loaded.drops, loaded.outcomes)
         await self._check_retention_gap(ctx)
         splits = await anyio.to_thread.run_sync(functools.partial(load_splits, cfg.dataset, seed=self.seed))
         if cfg.engine is not None:
@@ -134,6 +123,8 @@ class LearnActor:
         consumer = Consumer(
             ctx.bus, cd, stage="learn", decode=lambda d: decode(d, Scored), handle=self.on_scored,
             concurrency=256, task_id_of=lambda s: s.sample.task_id,
+            # Held samples wait for a step and a checkpoint: the consumer keeps them alive.
+            keep_alive_every_s=ctx.bus.cfg.ack_wait_s / 3,
             # Always from the checkpointed floor (1 before the first checkpoint): samples acked
             # by a learner that died before committing them are delivered again, none is lost.
             start_seq=self.state.ledger.floor,
@@ -157,7 +148,7 @@ class LearnActor:
         first = info.state.first_seq
         if first <= floor:
             return
-        settled = sum(1 for seq in self.ledger.committed.values() if floor <= seq < first)
+        settled = sum(1 for seq in self.custody.ledger.committed.values() if floor <= seq < first)
         lost = (first - floor) - settled
         if lost <= 0:
             return
@@ -166,7 +157,7 @@ class LearnActor:
         if not self.cfg.allow_retention_gap:
             raise RetentionGapError(f"{what}; set learn.allow_retention_gap = true to continue without them")
         log.warning("retention_gap", lost=lost, floor=floor, first_seq=first)
-        self.drops.samples["retention_gap"] += lost
+        self.custody.lost(lost, "retention_gap")
 
     async def run(self, ctx: ActorContext) -> None:
         # Before the checkpoint is read: a second learner on this run must not load or write it.
@@ -182,7 +173,6 @@ class LearnActor:
                     tg.start_soon(self._publish_config, ctx)
                 await tg.start(io.consumer.run, consumer_stop)
                 await tg.start(io.rollouts.run)
-                tg.start_soon(self._keep_held_alive)
                 tg.start_soon(self._expire_partial_groups)
                 await self._main(ctx, tg, resumed=resumed)
                 consumer_stop.set()
@@ -194,17 +184,9 @@ class LearnActor:
     async def _publish_config(self, ctx: ActorContext) -> None:
         """The resolved config in KV, for `status` and operators: informational,
         so a full store or an election delays it (retried) but never stops training."""
-        delay = 1.0
-        while True:
-            try:
+        async for attempt in retrying("publish_config", until=FOREVER, wait_initial=1.0, wait_max=60.0):
+            with attempt:
                 await ctx.bus.kv_put(KV_CONFIG, self.resolved_config)
-                return
-            except Exception as e:
-                if not is_transient_bus_fault(e):
-                    raise
-                log.warning("config_not_published", error=f"{type(e).__name__}: {e}", retry_in_s=delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 60.0)
 
     async def _main(self, ctx: ActorContext, tg: anyio.abc.TaskGroup, resumed: bool) -> None:
         io = self.io
@@ -237,11 +219,7 @@ class LearnActor:
                 group, current_version=self.state.version, max_staleness=cfg.max_staleness,
                 dynamic_sampling=cfg.dynamic_sampling, zero_variance_eps=cfg.zero_variance_eps,
             )
-            self.drops.count(result)
-            self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
-            for _, sc, reason in result.dropped:
-                await self._settle(sc.sample_id)
-                self.step_drops[sc.sample_id] = reason
+            await self._release(self.custody.filtered(group, result))
             feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members],
                         group.members[0][1].sample.index)
             if result.kept:
@@ -255,16 +233,14 @@ class LearnActor:
         wait_s = time.monotonic() - t_wait
         scored = [[sc for _, sc in g.members] for g in batch]
         ids = [sc.sample_id for g in scored for sc in g]
-        links = [Link(c) for sid in ids if (c := self.span_ctx.get(sid)) is not None]
+        links = [Link(c) for g in scored for c in span_links(self.custody, g)]
         with tracer().start_as_current_span("learn.step", links=links) as span:
             t0 = time.monotonic()
             engine_metrics = await self.trainer.train(scored) if self.trainer else {}
             train_s = time.monotonic() - t0
             self.state.step += 1
             span.set_attribute("rlvr.step", self.state.step)
-            for sid in ids:
-                await self._settle(sid)
-            self.step_trained += ids
+            await self._release(self.custody.train(ids))
             self.state.samples_trained += len(ids)
             # Batch statistics against the version the batch was filtered under.
             stats = batch_metrics(scored, self.state.version)
@@ -289,68 +265,53 @@ class LearnActor:
             await self._evaluate(f"step{self.state.step}")
 
     def _run_totals(self) -> dict[str, float]:
-        total_groups = sum(self.drops.groups.values())
-        out: dict[str, float] = {k: float(v) for k, v in self.drops.as_dict().items()}
+        drops = self.custody.drops
+        total_groups = sum(drops.groups.values())
+        out: dict[str, float] = {k: float(v) for k, v in drops.as_dict().items()}
         seen_groups = total_groups + self.state.step * self.cfg.groups_per_step
-        out["zero_variance_share"] = self.drops.groups["zero_variance"] / seen_groups if seen_groups else 0.0
-        out.update({f"outcome_{o}": float(self.outcomes.get(o, 0)) for o in OUTCOMES})
-        out["drop_late_duplicate"] = float(self.ledger.late_duplicates)
+        out["zero_variance_share"] = drops.groups["zero_variance"] / seen_groups if seen_groups else 0.0
+        out.update({f"outcome_{o}": float(self.custody.outcomes.get(o, 0)) for o in OUTCOMES})
+        out["drop_late_duplicate"] = float(self.custody.late_duplicates)
         return out
 
     # --- custody, checkpoints, weights -----------------------------------------------
     async def on_scored(self, scored: Scored, delivery: Delivery) -> Ack | Hold | Term:
         sid, seq = scored.sample_id, delivery.stream_seq
-        if self.ledger.already_consumed(sid, seq) or sid in self.ledger.settled_uncommitted:
-            return Ack()  # its fate is decided (before a restart, or earlier in this one)
-        if sid in self.ledger.pending:
-            if self.ledger.pending[sid] == seq:
-                self.held[sid] = delivery.msg  # a redelivery of the message we hold
-                return Hold()
-            self.drops.samples["duplicate"] += 1
-            return Ack()  # the same sample published twice: one copy is enough
-        self.ledger.received(sid, seq)
+        receipt = self.custody.receive(sid, seq, remote_span_context(delivery.trace_context))
+        if receipt in ("decided", "duplicate"):
+            return Ack()
+        if receipt == "held_again":
+            return Hold()
         if self.trainer is not None and self.trainer.engine is not None:
             try:  # before the sample can reach the embedding (a device assert on a GPU)
                 check_token_ids_in_vocab(scored, self.trainer.engine.vocab_size)
             except MessageInvalidError as e:
-                self.ledger.settle(sid)  # dropped for good, recorded in the next checkpoint
-                self.step_drops[sid] = "invalid"
-                self.drops.samples["invalid"] += 1
+                self.custody.drop(sid, "invalid")  # recorded in the next checkpoint; the Term settles the message
                 return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
-        self.held[sid] = delivery.msg
-        if (c := remote_span_context(delivery.trace_context)) is not None:
-            self.span_ctx[sid] = c
         group = self.assembler.add(seq, scored)
         if group is not None:
             if group.purpose == "eval":
                 self.io.evaluator.add(group)
-                for _, sc in group.members:
-                    await self._settle(sc.sample_id)
+                await self._release(self.custody.evaluated([sc.sample_id for _, sc in group.members]))
             else:
                 self.ready_send.send_nowait(group)
         return Hold()
 
-    async def _settle(self, sid: str) -> None:
-        """The sample's fate is decided: record it for the next checkpoint, ack it."""
-        if sid in self.ledger.pending:
-            self.ledger.settle(sid)
-        self.span_ctx.pop(sid, None)  # the step span has taken its link already
-        msg = self.held.pop(sid, None)
-        if msg is not None:
-            await msg.ack()
+    async def _release(self, seqs: list[int]) -> None:
+        """Ack the messages of samples whose fate custody has just decided."""
+        for seq in seqs:
+            await self.io.consumer.release(seq)
 
     async def _checkpoint(self, final: bool = False) -> None:
         io = self.io
         self.state.issued = io.feeder.issued
-        self.state.drops = dict(self.drops.samples)
-        self.state.outcomes = dict(self.outcomes)
+        self.state.drops = dict(self.custody.drops.samples)
+        self.state.outcomes = dict(self.custody.outcomes)
         if self.trainer is not None:
             await self.trainer.save(io.store.engine_dir(self.state.commits + 1))
-        ledger_state, consumed = self.ledger.commit()
+        ledger_state, entry = self.custody.commit(self.state.step)
         self.state.ledger = ledger_state
-        entry = LedgerEntry(self.state.step, self.step_trained, self.step_drops)
         await anyio.to_thread.run_sync(io.store.commit, self.state, entry)
-        self.step_trained, self.step_drops = [], {}
         progress = {"step": self.state.step, "version": self.state.version, "floor": ledger_state.floor}
         try:  # for `status` only: the checkpoint on disk is what counts, and it is committed
             await io.ctx.bus.kv_put(KV_LEARNER, json.dumps(progress).encode())
@@ -358,7 +319,8 @@ class LearnActor:
             if not is_transient_bus_fault(e):
                 raise
             log.warning("progress_not_published", error=f"{type(e).__name__}: {e}", step=self.state.step)
-        log.info("checkpoint", step=self.state.step, floor=ledger_state.floor, committed=len(consumed), final=final)
+        log.info("checkpoint", step=self.state.step, floor=ledger_state.floor,
+                 committed=len(entry.trained) + len(entry.dropped), final=final)
 
     async def _publish_weights(self, bump: bool = False) -> float:
         assert self.trainer is not None
@@ -366,18 +328,12 @@ class LearnActor:
         if bump:
             self.state.version += 1
         bus = self.io.ctx.bus
-        wait_s, deadline = 0.5, time.monotonic() + bus.cfg.topology_wait_s
-        while True:  # a full store or a leader election delays the broadcast; it does not end the run
-            try:
+        # A full store or a leader election delays the broadcast; it does not end the run.
+        async for attempt in retrying("publish_weights", until=bus.cfg.topology_wait_s, wait_initial=0.5,
+                                      version=self.state.version):
+            with attempt:
                 await self.trainer.publish(bus, self.out / "weights", self.state.version, self.state.step,
                                            self.cfg.weights_transport, self.cfg.keep_weights_every)
-                break
-            except Exception as e:
-                if not is_transient_bus_fault(e) or time.monotonic() > deadline:
-                    raise
-                log.warning("weights_publish_retry", error=f"{type(e).__name__}: {e}", version=self.state.version)
-                await anyio.sleep(wait_s)
-                wait_s = min(10.0, wait_s * 2)
         self.io.feeder.policy_version = self.state.version
         return time.monotonic() - t0
 
@@ -394,25 +350,12 @@ class LearnActor:
         io.metrics.write({"event": "eval", **flat})
         log.info("eval", **flat)
 
-    async def _keep_held_alive(self) -> None:
-        every = self.io.ctx.bus.cfg.ack_wait_s / 3
-        while True:
-            await anyio.sleep(every)
-            for msg in list(self.held.values()):
-                await msg.in_progress()
-
     async def _expire_partial_groups(self) -> None:
         while True:
             await anyio.sleep(min(30.0, self.cfg.group_timeout_s / 4))
             for group in self.assembler.expire():
-                self.drops.samples["partial"] += len(group.members)
-                self.drops.groups["partial"] += 1
-                for _, sc in group.members:
-                    await self._settle(sc.sample_id)
-                    if group.purpose == "train":
-                        self.step_drops[sc.sample_id] = "partial"  # in the ledger by id, like every drop
+                await self._release(self.custody.expire(group))
                 if group.purpose == "train":
-                    self.outcomes.update(sc.verdict.outcome for _, sc in group.members)
                     self.io.feeder.done(group.group_id)
 
     def _write_summary(self) -> None:
@@ -425,25 +368,27 @@ class LearnActor:
             "pass_at_1_before": before.pass_at.get(1) if before else None,
             "pass_at_1_after": after.pass_at.get(1) if after else None,
             "evals": [e.flat() for e in evals],
-            "drops": {**self.drops.samples, "late_duplicate": self.ledger.late_duplicates},
-            "verifier_outcomes": {o: self.outcomes.get(o, 0) for o in OUTCOMES},
+            "drops": self.custody.drop_totals(),
+            "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
         }
         (self.out / "learner_summary.json").write_text(json.dumps(summary, indent=2))
 
     def heartbeat(self) -> HeartbeatFields:
         gauges = {k: float(v) for k, v in self.last_record.flat().items()} if self.last_record else {}
-        gauges["held"] = float(len(self.held))
+        held = self.custody.pending()
+        gauges["held"] = float(held)
         counters = {"step": float(self.state.step), "samples_trained": float(self.state.samples_trained),
-                    "drop_late_duplicate": float(self.ledger.late_duplicates),
-                    **{f"drop_{k}": float(v) for k, v in self.drops.samples.items()}}
+                    "drop_late_duplicate": float(self.custody.late_duplicates),
+                    **{f"drop_{k}": float(v) for k, v in self.custody.drops.samples.items()}}
         if self._io is not None:
             gauges["outstanding_tasks"] = float(len(self._io.feeder.outstanding))
             # Dead letters by kind, poison pills (what `status` prints), and the feeder's retries.
             counters.update({k: float(v) for k, v in self._io.consumer.stats.counters.items()})
             counters.update({f"feeder_{k}": float(v) for k, v in self._io.feeder.counters.items()})
+            counters["lease_renewal_failures"] = float(self._io.lease.renewal_failures)
         return HeartbeatFields(
-            policy_version=self.state.version, in_flight=len(self.held), counters=counters, gauges=gauges,
+            policy_version=self.state.version, in_flight=held, counters=counters, gauges=gauges,
         )
 
 

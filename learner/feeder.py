@@ -13,10 +13,11 @@ The curriculum is optional: ``by_level`` walks the dataset's levels in order
 of difficulty; ``pass_rate`` prefers prompts whose rolling pass rate is
 neither 0 nor 1 (where GRPO has signal).
 
-Faults never end the learner here: a publish that times out (or finds no
-stream, or a lost connection) is retried with backoff, counted in
+A transient bus fault never ends the learner here: a publish that times out
+(or finds no stream leader, or a connection being re-made) is retried for as
+long as it lasts (``rlvr.actors.retry``), counted in
 ``counters["publish_retry"]`` and logged, and the same task id is sent
-again (deduplicated if the first copy did land). A slot is never occupied
+again (deduplicated if the first copy did land). Any other error is raised. A slot is never occupied
 for good: a task whose group has not completed or been dropped within
 ``task_timeout_s`` frees its slot (``counters["task_expired"]``). That
 covers a task whose samples will never come, such as a task id republished
@@ -35,6 +36,7 @@ import anyio
 
 from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
+from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.tracing import tracer
 from rlvr.learner.datasets import TaskSpec
 from rlvr.protocol import SamplingParams, Task
@@ -141,16 +143,16 @@ class Feeder:
         return task
 
     async def _publish_with_retry(self, task: Task) -> None:
-        delay = 0.2
-        while True:
-            try:
+        """Publish ``task``, retrying transient bus faults for as long as they last
+        (the server comes back; the learner has nothing else to do meanwhile)."""
+
+        def count(_: BaseException) -> None:
+            self.counters["publish_retry"] += 1
+
+        async for attempt in retrying("publish_task", until=FOREVER, wait_initial=0.2,
+                                      wait_max=self.publish_backoff_max_s, on_retry=count, task_id=task.task_id):
+            with attempt:
                 ack = await publish_task(self.bus, task)
-                break
-            except Exception as e:  # timeout, no responders, reconnecting: the server comes back
-                self.counters["publish_retry"] += 1
-                log.warning("task_publish_retry", task_id=task.task_id, error=repr(e), retry_in_s=delay)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, self.publish_backoff_max_s)
         if getattr(ack, "duplicate", False):
             # Published before a restart (or by a retry whose first try landed).
             self.counters["republished_duplicate"] += 1

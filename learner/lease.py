@@ -73,6 +73,7 @@ class LearnerLease:
         self.ttl_s = ttl_s
         self.me = LeaseHolder(replica, socket.gethostname(), os.getpid(), out_dir, time.time(), 0.0)
         self.revision: int | None = None
+        self.renewal_failures = 0  # run total of renewals the server could not answer (heartbeat counter)
 
     def _value(self) -> bytes:
         return msgspec.json.encode(msgspec.structs.replace(self.me, expires_at=time.time() + self.ttl_s))
@@ -141,6 +142,7 @@ class LearnerLease:
                 raise
             except Exception as e:
                 failures += 1
+                self.renewal_failures += 1
                 log.warning("lease_renewal_failed", error=f"{type(e).__name__}: {e}", failures=failures)
 
 

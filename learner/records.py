@@ -8,7 +8,7 @@ holds (the file format ``rlvr-actor report`` and the live view read, unchanged
 from before these types existed).
 
 Not here: computing the numbers (``rlvr.learner.metrics``, ``eval_rounds``),
-or reading the file back (``rlvr.actors.report``).
+or reading the file back (``rlvr.cli.commands.report``).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ START, END = "<!-- config-doc:start -->", "<!-- config-doc:end -->"
 
 
 def readme_block() -> str:
-    from rlvr.actors.config_doc import config_doc
-    from rlvr.actors.entry_config import Config
+    from rlvr.cli.commands.config_doc import config_doc
+    from rlvr.cli.run_config import Config
 
     lines = config_doc(Config).splitlines()
     body = [("#" + line if line.startswith("## ") else line) for line in lines[1:]]  # demote one level

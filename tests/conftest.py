@@ -22,7 +22,7 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from rlvr.actors.natsserver import NatsServer  # noqa: E402
+from rlvr.cli.natsserver import NatsServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ class ActorProcs:
         env.update(extra_env or {})
         with open(log, "ab") as f:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rlvr.actors.cli", "--role", role, "--config", str(config),
+                [sys.executable, "-m", "rlvr.cli", "--role", role, "--config", str(config),
                  "--nats", self.nats_url, "--replica", replica],
                 stdout=f, stderr=subprocess.STDOUT, env=env, cwd=self.tmp_path, start_new_session=True,
             )
@@ -120,7 +120,7 @@ class ActorProcs:
         """``rlvr-actor init``: create the run's topology, as the learner would, so a
         rollout or verifier started alone finds its streams and consumers."""
         out = subprocess.run(
-            [sys.executable, "-m", "rlvr.actors.cli", "init", "--config", str(config), "--nats", self.nats_url],
+            [sys.executable, "-m", "rlvr.cli", "init", "--config", str(config), "--nats", self.nats_url],
             capture_output=True, text=True, timeout=60, cwd=self.tmp_path,
         )
         assert out.returncode == 0, out.stderr

@@ -13,8 +13,8 @@ from collections import defaultdict
 
 import msgspec
 
-from rlvr.actors.entry_config import load_config
-from rlvr.actors.launcher import builtin_config_path
+from rlvr.cli.run_config import load_config
+from rlvr.cli.commands.up import builtin_config_path
 from rlvr.protocol import OUTCOMES
 from tests.conftest import REPO
 
@@ -34,7 +34,7 @@ def test_short_builtin_example_runs_end_to_end(tmp_path):
     cfg.write_bytes(msgspec.json.encode(raw))
     run_dir = tmp_path / "run"
     out = subprocess.run(
-        [sys.executable, "-m", "rlvr.actors.cli", "up", "--config", str(cfg), "--run-dir", str(run_dir)],
+        [sys.executable, "-m", "rlvr.cli", "up", "--config", str(cfg), "--run-dir", str(run_dir)],
         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900, cwd=REPO,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.actors.entry_config import load_config
+from rlvr.cli.run_config import load_config
 from rlvr.learner.config import BuiltinDataset
 from rlvr.learner.datasets import fill_spec, load_splits, builtin_data_root
 from rlvr.verify.registry import resolve

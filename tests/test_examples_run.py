@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rlvr.actors.entry_config import load_config
+from rlvr.cli.run_config import load_config
 from tests.conftest import REPO
 
 CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml", "smollm2_lora.toml"]
@@ -65,7 +65,7 @@ def test_example_config_runs_a_few_steps(name, tiny, tmp_path):
     run_dir = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(
-        [sys.executable, "-m", "rlvr.actors.cli", "up", "--config", str(cfg), "--run-dir", str(run_dir)],
+        [sys.executable, "-m", "rlvr.cli", "up", "--config", str(cfg), "--run-dir", str(run_dir)],
         capture_output=True, text=True, env=env, timeout=600, cwd=REPO,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -96,7 +96,7 @@ def test_k8s_kustomization_renders_with_kubectl() -> None:
 
 @needs_yaml
 def test_k8s_run_config_is_a_valid_run_config(tmp_path: Path) -> None:
-    from rlvr.actors.entry_config import load_config
+    from rlvr.cli.run_config import load_config
 
     doc = yaml.safe_load((OPS / "k8s" / "config.yaml").read_text())
     path = tmp_path / "run.toml"
@@ -318,8 +318,8 @@ def test_the_shipped_users_run_each_role_s_start_up_and_traffic_over_tls(tmp_pat
 
         anyio.run(scenario)
         # `status` as the read-only ops user sees the run's streams, consumers and version.
-        from rlvr.actors.status import collect_status
+        from rlvr.cli.commands.status import collect_status
 
         st = anyio.run(collect_status, "demo", NatsConfig(**server.nats_section()), 0.2)
-        assert st["policy_version"] == 1 and st["streams"]["SCORED"]["messages"] == 1
-        assert st["consumers"]["verify"]["ack_pending"] == 0
+        assert st.policy_version == 1 and st.streams["SCORED"].messages == 1
+        assert st.consumers["verify"].ack_pending == 0

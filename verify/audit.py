@@ -1,4 +1,4 @@
-"""Offline verifier audit: ``rlvr-actor audit --verifier NAME --input cases.jsonl --output verdicts.jsonl``.
+"""Offline verifier audit (``rlvr-actor audit``, ``rlvr.cli.commands.audit``): labelled cases through a verifier.
 
 Run a verifier over labelled cases before training on it, through the same
 ``VerifierPool`` (worker processes, hard timeout) the verifier actor uses.
@@ -23,10 +23,6 @@ This module does not build cases or decide thresholds for a given dataset.
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,8 +31,9 @@ import anyio
 import msgspec
 from msgspec import Struct
 
+from rlvr.actors.meters import quantile
 from rlvr.protocol.tasks import VerifierSpec
-from rlvr.verify.registry import VerifierSpecError, VerifierUnavailableError, VerifyContext, get
+from rlvr.verify.registry import VerifierSpecError, VerifyContext, get
 
 SPEC_ERROR = "spec_error"
 
@@ -177,8 +174,8 @@ def summarise(verifier: str, cases: list[AuditCase], rows: list[AuditRow], elaps
         elapsed_s=elapsed_s,
         cases_per_s=len(rows) / elapsed_s if elapsed_s > 0 else 0.0,
         outcomes=dict(sorted(outcomes.items())),
-        latency_p50_ms=_quantile(lat, 0.5),
-        latency_p99_ms=_quantile(lat, 0.99),
+        latency_p50_ms=quantile(lat, 0.5),
+        latency_p99_ms=quantile(lat, 0.99),
         labelled=labelled,
         positives=pos,
         negatives=neg,
@@ -246,57 +243,11 @@ def format_summary(s: AuditSummary) -> str:
     return "\n".join(lines)
 
 
-def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--verifier", required=True, help="verifier name (math, code, exact, ...) or module:ATTR")
-    parser.add_argument("--input", required=True, type=Path, help="labelled cases, JSON lines")
-    parser.add_argument("--output", required=True, type=Path, help="where to write one verdict per case")
-    parser.add_argument("--params", default=None, help="verifier params as a JSON object, merged under each case's")
-    parser.add_argument("--pool-size", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--timeout-s", type=float, default=30.0, help="hard timeout per case (default 30)")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("--max-fn-rate", type=float, default=None, help="exit 1 if the FN rate is above this")
-    parser.add_argument("--max-fp-rate", type=float, default=None, help="exit 1 if the FP rate is above this")
-
-
-def audit_main(args: argparse.Namespace) -> int:
-    """Run the audit the parsed ``args`` describe; the exit code (0 ok, 1 over a threshold, 2 bad input)."""
-    try:
-        params = json.loads(args.params) if args.params else None
-        if params is not None and not isinstance(params, dict):
-            raise ValueError("--params must be a JSON object")
-        summary = run_audit(
-            args.verifier, args.input, args.output, pool_size=args.pool_size, timeout_s=args.timeout_s, params=params
-        )
-    except (ValueError, OSError, VerifierUnavailableError) as e:  # bad JSON, unreadable file, unknown verifier
-        print(f"audit: {e}", file=sys.stderr)
-        return 2
-    print(msgspec.json.encode(summary).decode() if args.json else format_summary(summary))
-    over = [
-        name
-        for name, rate, limit in (
-            ("false-negative", summary.false_negative_rate, args.max_fn_rate),
-            ("false-positive", summary.false_positive_rate, args.max_fp_rate),
-        )
-        if limit is not None and rate is not None and rate > limit
-    ]
-    for name in over:
-        print(f"audit: {name} rate above the limit", file=sys.stderr)
-    return 1 if over else 0
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    return sorted_values[max(1, math.ceil(q * len(sorted_values))) - 1]
-
-
 __all__ = [
     "AuditCase",
     "AuditInputInvalidError",
     "AuditRow",
     "AuditSummary",
-    "add_audit_arguments",
-    "audit_main",
     "format_summary",
     "read_cases",
     "route_of",

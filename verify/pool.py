@@ -42,6 +42,7 @@ import subprocess
 import sys
 from collections import Counter, deque
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
@@ -49,6 +50,8 @@ import msgspec
 from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from rlvr.actors.meters import quantile
+from rlvr.actors.retry import FOREVER, retrying
 from rlvr.protocol.samples import OUTCOMES, Verdict
 from rlvr.protocol.tasks import VerifierSpec
 from rlvr.verify.config import VerifyConfig
@@ -183,7 +186,8 @@ class VerifierPool:
         self._busy = 0
         self._restarts = 0
         self._full = anyio.Event()
-        self._tg: TaskGroup | None = None
+        self._tg: TaskGroup | None = None  # background chores: closing and replacing workers
+        self._stack = AsyncExitStack()  # holds the task group between __aenter__ and __aexit__
         self._idle_send, self._idle_recv = anyio.create_memory_object_stream[_Worker](size)
         self._max_batch = max(1, max_batch)
         self._queue: deque[_Pending] = deque()  # calls waiting for a worker, oldest first
@@ -212,8 +216,8 @@ class VerifierPool:
         # rather than in the event loop on the first message.
         await anyio.to_thread.run_sync(load_plugins, self._plugins)  # a bad plug-in raises here
         await anyio.to_thread.run_sync(_load_quietly, self._warm)
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._stack = AsyncExitStack()
+        self._tg = await self._stack.enter_async_context(anyio.create_task_group())
         try:
             async with anyio.create_task_group() as tg:
                 for _ in range(self.size):
@@ -232,7 +236,7 @@ class VerifierPool:
         # group; cancel them. The body's own exception propagates unwrapped.
         self._tg.cancel_scope.cancel()
         try:
-            await self._tg.__aexit__(None, None, None)
+            await self._stack.aclose()
         finally:
             with anyio.CancelScope(shield=True):
                 async with anyio.create_task_group() as tg:
@@ -252,7 +256,7 @@ class VerifierPool:
         try:
             process = await anyio.open_process(
                 # -P: no working directory on sys.path, so no file lying there shadows rlvr.
-                [sys.executable, *(("-P",) if sys.version_info >= (3, 11) else ()), "-c", WORKER_COMMAND],
+                [sys.executable, "-P", "-c", WORKER_COMMAND],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=None,
@@ -288,15 +292,10 @@ class VerifierPool:
 
     async def _replace_forever(self) -> None:
         """Start a replacement worker, retrying with back-off until one starts."""
-        delay = 0.5
-        while True:
-            try:
+        async for attempt in retrying("start_verifier_worker", until=FOREVER, on=_worker_did_not_start,
+                                      wait_initial=0.5, wait_max=30.0):
+            with attempt:
                 await self._add_worker()
-                return
-            except WorkerStartError as e:
-                print(f"rlvr verifier pool: {e}; retrying in {delay:.1f}s", file=sys.stderr, flush=True)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 30.0)
 
     def _discard(self, worker: _Worker) -> None:
         """Kill ``worker`` now; close it and start its replacement in the background.
@@ -460,8 +459,8 @@ class VerifierPool:
             "worker_restarts": float(self._restarts),
             "batches": float(self._batches),
             "verified": float(sum(self._outcomes.values())),
-            "latency_p50_s": _quantile(lat, 0.50),
-            "latency_p99_s": _quantile(lat, 0.99),
+            "latency_p50_s": quantile(lat, 0.50),
+            "latency_p99_s": quantile(lat, 0.99),
         }
         for outcome in OUTCOMES:
             out[f"outcome_{outcome}"] = float(self._outcomes[outcome])
@@ -492,17 +491,13 @@ def _load_quietly(names: tuple[str, ...]) -> None:
             pass
 
 
+def _worker_did_not_start(e: BaseException) -> bool:
+    return isinstance(e, WorkerStartError)
+
+
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:
     first = group.exceptions[0]
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank quantile; 0.0 for no data."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 __all__ = ["VerifierPool", "WorkerStartError", "worker_env"]

@@ -200,7 +200,7 @@ def delete_consumer(sc: Scenario, rng, kind: str, durable: str) -> dict:
             sc.start_learner()
         else:
             action = "rlvr-actor init"
-            init = subprocess.run([sys.executable, "-m", "rlvr.actors.cli", "init", "--config", str(sc.config("roles")),
+            init = subprocess.run([sys.executable, "-m", "rlvr.cli", "init", "--config", str(sc.config("roles")),
                                    "--nats", sc.urls], capture_output=True, text=True, timeout=120,
                                   cwd=sc.root, env=dict(os.environ, OMP_NUM_THREADS="1"))
             if init.returncode != 0:

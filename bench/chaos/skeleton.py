@@ -3,7 +3,7 @@
 ``Server`` is one ``nats-server -js`` that can be SIGKILLed and restarted on
 the same port and store directory (and, for the cluster, inside a network
 namespace). ``Skeleton`` starts ``rlvr-actor --role ...`` processes the way a
-user would (``python -m rlvr.actors.cli``, ``OMP_NUM_THREADS=1``,
+user would (``python -m rlvr.cli``, ``OMP_NUM_THREADS=1``,
 ``RLVR_RUN_DIR``), writes their configs, and signals, reaps and restarts
 them. Every process it starts it stops by PID (its own process group), never
 by name. Not here: deciding what to break (faults.py) or judging the result
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from rlvr.actors.natsserver import nats_server_binary
+from rlvr.cli.natsserver import nats_server_binary
 
 REPO = Path(__file__).resolve().parents[2]
 _LISTEN = re.compile(r"Listening for client connections on [^:\s]+:(\d+)")
@@ -136,7 +136,7 @@ class Skeleton:
             f.write(f"\n=== chaos: start #{r.starts + 1} of {replica} at {time.time():.3f}\n".encode())
             f.flush()
             r.proc = subprocess.Popen(
-                _netns_prefix(self.netns) + [sys.executable, "-m", "rlvr.actors.cli", "--role", role, "--config",
+                _netns_prefix(self.netns) + [sys.executable, "-m", "rlvr.cli", "--role", role, "--config",
                                              str(config), "--nats", self.urls, "--replica", replica],
                 stdout=f, stderr=subprocess.STDOUT, env=env, cwd=self.root, start_new_session=True,
             )

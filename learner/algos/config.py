@@ -1,6 +1,6 @@
 """Typed configuration of the learner's algorithms, with no torch import.
 
-The run config (``rlvr.actors.entry_config``) embeds these structs, and every role
+The run config (``rlvr.cli.run_config``) embeds these structs, and every role
 decodes the run config, so they must stay importable without torch: the
 verifier role never imports it. The functions they configure live next
 door (advantages.py, policy_loss.py, aggregation.py, kl.py).

@@ -28,11 +28,27 @@ import sys
 import time
 from pathlib import Path
 
-from rlvr.actors.entry_config import Config, load_config
+import msgspec
+
+from rlvr.actors.config import convert_config, read_config
 from rlvr.actors.lifeline import follow_up
+from rlvr.learner.config import LearnConfig
 
 
-def prepare_tiny_arithmetic(cfg: Config, run_dir: Path, log=print) -> dict:
+class PrepareView(msgspec.Struct, frozen=True):
+    """What the preparation step reads of the whole-run config: the seed and
+    the learner's section (the other sections are the entry layer's, and left alone)."""
+
+    seed: int = 0
+    learn: LearnConfig = LearnConfig()
+
+
+def load_prepare_view(path: str | Path) -> PrepareView:
+    raw, source = read_config(path)
+    return convert_config(raw, PrepareView, source)
+
+
+def prepare_tiny_arithmetic(cfg: PrepareView, run_dir: Path, log=print) -> dict:
     from transformers import AutoTokenizer
 
     from rlvr.learner.example.arith_model import build_arith_model
@@ -92,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", required=True)
     args = ap.parse_args(argv)
     follow_up()  # `up` started us in a session of our own: end with it, even if it is SIGKILLed
-    cfg = load_config(args.config)
+    cfg = load_prepare_view(args.config)
     info = prepare_tiny_arithmetic(cfg, Path(args.run_dir), log=lambda s: print(s, flush=True))
     print(json.dumps(info), flush=True)
     return 0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.actors.entry_config import ConfigError, dump_config, load_config
-from rlvr.actors.launcher import builtin_config_path
+from rlvr.cli.run_config import ConfigError, dump_config, load_config
+from rlvr.cli.commands.up import builtin_config_path
 
 
 def _toml(tmp_path: Path, text: str) -> Path:

@@ -25,8 +25,8 @@ import nats
 import pytest
 
 from rlvr.actors.config import NatsConfig
-from rlvr.actors.natsserver import NatsServer
-from rlvr.actors.status import collect_status, dead_letter_summary, format_status
+from rlvr.cli.natsserver import NatsServer
+from rlvr.cli.commands.status import collect_status, dead_letter_summary, format_status
 from rlvr.protocol import ChatMessage, Completion, DeadLetter, Heartbeat, Sample, Scored, encode
 from rlvr.protocol.codec import Message
 from tests.busclient import BusClient
@@ -184,6 +184,14 @@ class RoleUnderTest:
         self.procs, self.replica, self.bus, self.subject = procs, replica, bus, subject
         self.expected: Counter[str] = Counter()
         self.acked = 0
+        self.done: set[str] = set()  # cases this role has survived
+
+    def survives_all(self, cases: list[Poison], good_of) -> None:
+        """Every case of ``cases`` not survived yet (``good_of(case)``: the good
+        message after it, and its id), so a summary test holds when run alone."""
+        for case in cases:
+            if case.name not in self.done:
+                self.survives(case, *good_of(case))
 
     def survives(self, case: Poison, good: Message, good_id: str) -> DeadLetter:
         if case.first is not None:
@@ -207,6 +215,7 @@ class RoleUnderTest:
         else:
             (letter,) = [d for d in letters if d.size == len(case.data) and d.reference]
         assert letter.kind == case.kind and case.reason in letter.reason, (letter.kind, letter.reason)
+        self.done.add(case.name)
         return letter
 
 
@@ -256,30 +265,40 @@ def test_the_server_has_the_max_payload_the_catalogue_assumes(server):
     assert _max_payload(server.url) == MAX_PAYLOAD
 
 
+def _good_task(case: Poison) -> tuple[Message, str]:
+    k = 100 + TASK_CASES.index(case)
+    return make_task("pr", k=k, n=2), f"good-{k}"
+
+
+def _good_sample(case: Poison) -> tuple[Message, str]:
+    k = 100 + SAMPLE_CASES.index(case)
+    return make_sample("pv", k=k), f"good-{k}"
+
+
 @pytest.mark.parametrize("case", TASK_CASES, ids=[c.name for c in TASK_CASES])
 def test_rollout_dead_letters_a_poison_task_counts_it_and_serves_the_next(rollout, case):
-    k = 100 + TASK_CASES.index(case)
-    rollout.survives(case, make_task("pr", k=k, n=2), f"good-{k}")
+    rollout.survives(case, *_good_task(case))
 
 
 @pytest.mark.parametrize("case", SAMPLE_CASES, ids=[c.name for c in SAMPLE_CASES])
 def test_verifier_dead_letters_a_poison_sample_counts_it_and_scores_the_next(verifier, case):
-    k = 100 + SAMPLE_CASES.index(case)
-    verifier.survives(case, make_sample("pv", k=k), f"good-{k}")
+    verifier.survives(case, *_good_sample(case))
 
 
 def test_every_good_task_was_answered_and_status_shows_the_dead_letters(rollout, server):
+    rollout.survives_all(TASK_CASES, _good_task)  # those the parametrised test has not run (run alone)
     samples = {s.task_id for s in rollout.bus.decoded("ROLLOUTS", Sample)}
     assert {f"pr-t{100 + i}" for i in range(len(TASK_CASES))} <= samples
     st = anyio.run(collect_status, "pr", NatsConfig(url=server.url), 1.0)
-    (replica,) = [r for r in st["replicas"] if r["replica"] == "rollout-0"]
-    summary = dead_letter_summary(replica["counters"])
+    replica = st.replica("rollout-0")
+    summary = dead_letter_summary(replica.counters)
     for kind, n in rollout.expected.items():
         assert f"{kind}={n}" in summary
     assert summary in format_status(st)
 
 
 def test_every_good_sample_was_scored(verifier):
+    verifier.survives_all(SAMPLE_CASES, _good_sample)
     scored = {s.sample_id for s in verifier.bus.decoded("SCORED", Scored)}
     assert {f"pv-t{100 + i}/0" for i in range(len(SAMPLE_CASES))} <= scored
 

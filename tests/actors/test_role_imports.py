@@ -25,7 +25,7 @@ _DUMP_ON_USR1 = textwrap.dedent(
         with open(out, "w") as f:
             f.write("\\n".join(sorted(sys.modules)))
     signal.signal(signal.SIGUSR1, dump)
-    from rlvr.actors.cli import main
+    from rlvr.cli.main import main
     sys.exit(main(sys.argv[2:]))
     """
 )
@@ -34,7 +34,7 @@ _DUMP_ON_USR1 = textwrap.dedent(
 def test_running_verify_role_loads_no_rollout_or_learner_module(tmp_path, nats_server):
     cfg = write_config(tmp_path / "run.json", {"run": "imports", "verify": {"pool_size": 1}})
     init = subprocess.run(
-        [sys.executable, "-m", "rlvr.actors.cli", "init", "--config", str(cfg), "--nats", nats_server.url],
+        [sys.executable, "-m", "rlvr.cli", "init", "--config", str(cfg), "--nats", nats_server.url],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )
     assert init.returncode == 0, init.stderr

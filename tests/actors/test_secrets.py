@@ -36,7 +36,7 @@ def test_a_password_in_the_url_is_a_config_error_that_names_the_key_and_not_the_
     # ("config_resolved", "actor_start") and stored in the run's KV config.
     cfg = write_config(tmp_path / "run.json", {"run": "s"})
     out = subprocess.run(
-        [sys.executable, "-m", "rlvr.actors.cli", "--role", "verify", "--config", str(cfg),
+        [sys.executable, "-m", "rlvr.cli", "--role", "verify", "--config", str(cfg),
          "--nats", f"nats://verify:{SECRET}@127.0.0.1:9"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )

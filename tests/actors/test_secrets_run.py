@@ -61,7 +61,7 @@ def test_a_run_as_role_users_over_tls_leaves_no_secret_in_logs_traces_status_or_
 
             def status() -> str | None:
                 out = subprocess.run(
-                    [sys.executable, "-m", "rlvr.actors.cli", "status", "--config", str(cfg), "--wait", "1.5", "--json"],
+                    [sys.executable, "-m", "rlvr.cli", "status", "--config", str(cfg), "--wait", "1.5", "--json"],
                     capture_output=True, text=True, timeout=60, cwd=run_dir,
                 )
                 seen = {r["role"] for r in json.loads(out.stdout)["replicas"]} if out.returncode == 0 else set()

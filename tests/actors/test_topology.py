@@ -127,7 +127,7 @@ def test_init_reports_an_unreachable_server_without_a_traceback(tmp_path):
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "rlvr.actors.cli", "init", "--config", str(_config(tmp_path, nats_cfg={"connect_timeout_s": 1})),
+        [sys.executable, "-m", "rlvr.cli", "init", "--config", str(_config(tmp_path, nats_cfg={"connect_timeout_s": 1})),
          "--nats", "nats://127.0.0.1:9"],
         capture_output=True, text=True, timeout=60,
     )

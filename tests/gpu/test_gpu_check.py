@@ -167,7 +167,7 @@ def test_vllm_logprobs_match_the_learner_after_a_reload(qwen, vllm_engine, gpu_l
 
 def up_config(qwen: Path) -> dict:
     """examples/gpu_qwen.toml pointed at ``qwen``, for three short steps."""
-    from rlvr.actors.entry_config import load_config
+    from rlvr.cli.run_config import load_config
 
     raw = msgspec.to_builtins(load_config(REPO / "examples" / "gpu_qwen.toml"))
     raw["run"] = "gpu-check"
@@ -186,7 +186,7 @@ def test_up_runs_gpu_qwen_for_a_few_steps(qwen, tmp_path):
     cfg = tmp_path / "cfg.json"
     cfg.write_bytes(msgspec.json.encode(up_config(qwen)))
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "rlvr.actors.cli", "up", "--config", str(cfg),
+    out = subprocess.run([sys.executable, "-m", "rlvr.cli", "up", "--config", str(cfg),
                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=1200, cwd=REPO)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

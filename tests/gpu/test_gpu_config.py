@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from rlvr.actors.entry_config import Config
+from rlvr.cli.run_config import Config
 from tests.gpu.test_gpu_check import up_config
 
 

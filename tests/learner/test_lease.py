@@ -27,15 +27,21 @@ def test_renewals_the_server_cannot_answer_are_retried_not_fatal(nats_server):
             tg.start_soon(lease.keep)
             os.kill(nats_server.proc.pid, signal.SIGSTOP)  # renewals time out meanwhile
             try:
-                await anyio.sleep(2.0)
+                await _until(lambda: lease.renewal_failures >= 2, "two renewals to fail against the frozen server")
             finally:
                 os.kill(nats_server.proc.pid, signal.SIGCONT)
-            with anyio.fail_after(30):
-                while lease.revision == first or lease.revision is None:
-                    await anyio.sleep(0.05)
+            failed = lease.renewal_failures
+            await _until(lambda: lease.revision not in (first, None), "a renewal after the server thawed")
             tg.cancel_scope.cancel()  # keep() was still running: no LeaseLostError, no timeout escaped
         await bus.close()
-        return first, lease.revision
+        return first, lease.revision, failed
 
-    first, last = anyio.run(main)
-    assert last > first
+    first, last, failed = anyio.run(main)
+    assert failed >= 2 and last > first
+
+
+async def _until(condition, what: str, timeout_s: float = 30.0) -> None:
+    """Wait for ``condition`` (checked as the lease's own loop moves on), at most ``timeout_s``."""
+    with anyio.fail_after(timeout_s):
+        while not condition():
+            await anyio.sleep(0.05)

@@ -153,7 +153,7 @@ def _lead(tmp_path: Path, name: str, cfg: Path, env: dict, mode: str) -> subproc
 
 def _follow(tmp_path: Path, name: str, env: dict) -> subprocess.Popen:
     """A real learner process: with RANK=1 the CLI runs the follower (no NATS, no config needed)."""
-    return subprocess.Popen([sys.executable, "-m", "rlvr.actors.cli", "--role", "learn"], cwd=tmp_path, env=env,
+    return subprocess.Popen([sys.executable, "-m", "rlvr.cli", "--role", "learn"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "wb"))
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
-from rlvr.actors.natsserver import NatsServer
+from rlvr.cli.natsserver import NatsServer
 from rlvr.learner.publish import publish_weights
 from rlvr.protocol import RunNames, Sample, Task
 from tests.busclient import BusClient

@@ -4,14 +4,14 @@ The data files hold one deliberately mislabelled positive and one mislabelled
 negative, so the accounting has a known answer whatever verifier runs them.
 """
 
-import argparse
 import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from rlvr.verify.audit import add_audit_arguments, audit_main, format_summary, run_audit
+from rlvr.cli.main import main
+from rlvr.verify.audit import format_summary, run_audit
 
 DATA = Path(__file__).parent / "data"
 HAVE_MATH = importlib.util.find_spec("rlvr.verify.math") is not None
@@ -47,9 +47,7 @@ def test_summary_counts_agreement_and_names_disagreements(tmp_path):
 
 
 def _cli(argv):
-    parser = argparse.ArgumentParser()
-    add_audit_arguments(parser)
-    return audit_main(parser.parse_args(argv))
+    return main(["audit", *map(str, argv)])
 
 
 def test_cli_entry_thresholds_and_spec_errors(tmp_path, capsys):

@@ -7,14 +7,13 @@ solution per problem)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from rlvr.verify.audit import add_audit_arguments, audit_main
+from rlvr.cli.main import main
 from rlvr.verify.code import CodeParams, score_code
 from rlvr.verify.sandbox import SandboxLimits, make_sandbox
 
@@ -38,12 +37,9 @@ def _case(*args, out) -> dict:
 
 
 def test_labelled_lcb_cases_agree_through_the_audit_command(tmp_path, capsys):
-    parser = argparse.ArgumentParser()
-    add_audit_arguments(parser)
     out = tmp_path / "verdicts.jsonl"
-    args = parser.parse_args(["--verifier", "code", "--input", str(CASES), "--output", str(out), "--json",
-                              "--max-fn-rate", "0", "--max-fp-rate", "0", "--timeout-s", "60"])
-    code = audit_main(args)
+    code = main(["audit", "--verifier", "code", "--input", str(CASES), "--output", str(out), "--json",
+                 "--max-fn-rate", "0", "--max-fp-rate", "0", "--timeout-s", "60"])
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert (summary["false_negatives"], summary["false_positives"], summary["spec_errors"]) == ([], [], [])
     assert code == 0 and summary["labelled"] == summary["cases"] >= 30 and summary["agreement"] == 1.0

@@ -3,10 +3,9 @@ case, in the verdict rows and in the summary, through the real worker pool."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from rlvr.verify.audit import add_audit_arguments, audit_main
+from rlvr.cli.main import main
 
 CASES = [
     {"id": "boxed", "response": "Thus $\\boxed{\\frac{1}{2}}$.", "gold": "0.5", "label": True},
@@ -22,9 +21,7 @@ def test_audit_rows_and_summary_name_the_route(tmp_path, capsys):
     cases = tmp_path / "cases.jsonl"
     cases.write_text("".join(json.dumps(c) + "\n" for c in CASES))
     out = tmp_path / "verdicts.jsonl"
-    parser = argparse.ArgumentParser()
-    add_audit_arguments(parser)
-    assert audit_main(parser.parse_args(["--verifier", "math", "--input", str(cases), "--output", str(out)])) == 0
+    assert main(["audit", "--verifier", "math", "--input", str(cases), "--output", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["route"] for r in rows] == [c["id"] for c in CASES]
     assert all(r["detail"].startswith(f"route={r['route']};") for r in rows)

@@ -5,6 +5,7 @@ plug-ins by their import path ``"<this module>:NAME"`` (``run_with_pool``).
 """
 
 import ctypes
+import json
 import os
 import subprocess
 import time
@@ -60,6 +61,10 @@ def _pid(completion, p, ctx):
     return _ok(f"{os.getpid()},{ctx.budget_s}")
 
 
+def _context(completion, p, ctx):
+    return _ok(json.dumps([completion, ctx.completion_tokens, ctx.finish_reason, ctx.max_tokens, ctx.budget_s]))
+
+
 def _spawn_then_hang(completion, p, ctx):
     child = subprocess.Popen(["sleep", "1000"])
     with open(p.path, "w") as f:
@@ -82,6 +87,7 @@ OOM = Verifier("oom", Knobs, _oom)
 BUGGY = Verifier("buggy", Knobs, _buggy)
 INTERVAL = Verifier("interval", Knobs, _interval)
 PID = Verifier("pid", Knobs, _pid)
+CONTEXT = Verifier("context", Knobs, _context)
 SPAWN = Verifier("spawn", Knobs, _spawn_then_hang)
 
 
@@ -228,7 +234,7 @@ def test_timeout_kills_the_workers_children_too(tmp_path):
     assert run_with_pool(body, timeout_s=2.0).outcome == "timeout"
 
 
-def test_exit_kills_every_worker_and_context_reaches_the_verifier():
+def test_exit_kills_every_worker():
     async def body(pool):
         details = []
         async with anyio.create_task_group() as tg:
@@ -238,12 +244,20 @@ def test_exit_kills_every_worker_and_context_reaches_the_verifier():
 
     async def _collect(pool, details):
         details.append((await pool.verify(spec("INTERVAL", seconds=0.1), "x")).detail)
-        details.append((await pool.verify(spec("PID"), "x", VerifyContext(completion_tokens=3))).detail)
+        details.append((await pool.verify(spec("PID"), "x")).detail)
 
     details = run_with_pool(body, timeout_s=7.0)
     pids = {int(d.split(",")[-1]) for d in details if d.count(",") == 2}
-    assert {d for d in details if d.count(",") == 1} <= {f"{p},7.0" for p in pids}
-    assert pids and not any(alive(p) for p in pids)
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
+
+
+def test_the_callers_context_reaches_the_verifier_with_the_pool_s_budget():
+    async def body(pool):
+        ctx = VerifyContext(completion_tokens=3, finish_reason="length", max_tokens=16, budget_s=999.0)
+        return json.loads((await pool.verify(spec("CONTEXT"), "the completion", ctx)).detail)
+
+    # Everything the caller said arrives as it was; the budget is the pool's own timeout, not the caller's.
+    assert run_with_pool(body, timeout_s=7.0) == ["the completion", 3, "length", 16, 7.0]
 
 
 def test_worker_recycled_after_max_tasks():

@@ -10,9 +10,9 @@ import msgspec.inspect as mi
 import pytest
 from msgspec import Meta
 
-from rlvr.actors.cli import main
-from rlvr.actors.entry_config import Config
-from rlvr.actors.config_doc import config_doc, field_comments, undocumented
+from rlvr.cli.main import main
+from rlvr.cli.run_config import Config
+from rlvr.cli.commands.config_doc import config_doc, field_comments, undocumented
 
 
 def _expected_keys(info: mi.StructType, path: str, out: set[tuple[str, str]]) -> set[tuple[str, str]]:

@@ -26,7 +26,9 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
 
 from rlvr.protocol.samples import OUTCOMES
 
@@ -35,6 +37,36 @@ BUILTIN_NAMES = ("gsm8k", "math", "math500", "mbpp", "humaneval")
 ARITHMETIC_MAX_TOKENS = 7
 DEFAULT_MAX_TOKENS = 1024
 PROMPT_TOO_LONG = "prompt_too_long"
+
+
+DESCRIPTION = "pass@k of a checkpoint (unbiased estimator), offline through an engine."
+
+
+class Args(msgspec.Struct, frozen=True, kw_only=True):
+    """What to evaluate, as ``add_arguments`` parses it (see its help for each field)."""
+
+    checkpoint: str
+    data: str
+    k: str = "1,8"
+    n: int | None = None
+    temperature: float = 1.0
+    max_tokens: int | None = None
+    limit: int = 0
+    seed: int = 0
+    engine: Literal["auto", "hf", "vllm"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "cpu"
+    max_model_len: int | None = None
+    kv_cache_gib: float | None = None
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    tests_field: str = ""
+    verifier: str = "math"
+    split: Literal["train", "test"] = "test"
+    data_root: str = ""
+    pool_size: int = 2
+    timeout_s: float = 30.0
+    output: str | None = None
 
 
 class CheckpointNotFoundError(FileNotFoundError):
@@ -73,7 +105,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     )
 
 
-def load_eval_prompts(args: argparse.Namespace) -> tuple[str, list[Any]]:
+def load_eval_prompts(args: Args) -> tuple[str, list[Any]]:
     """(a short name of the data, its evaluation ``TaskSpec``s, at most ``--limit``)."""
     from rlvr.learner.config import ArithmeticDataset, JsonlDataset, BuiltinDataset
     from rlvr.learner.datasets import load_splits
@@ -110,7 +142,7 @@ def _context_length(model_dir: Path) -> int | None:
     return None
 
 
-def build_engine_config(args: argparse.Namespace, model: Path, max_tokens: int):
+def build_engine_config(args: Args, model: Path, max_tokens: int):
     """The engine config ``--engine`` asks for; ``auto`` is vllm when it imports."""
     from rlvr.rollout.engines.base import HFEngineConfig, VLLMEngineConfig
 
@@ -229,7 +261,7 @@ async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency
     return correct, outcomes, rewards
 
 
-async def _evaluate(engine_cfg, specs: list, n: int, sampling, args: argparse.Namespace):
+async def _evaluate(engine_cfg, specs: list, n: int, sampling, args: Args):
     from rlvr.rollout.engines.base import make_engine
     from rlvr.verify.pool import VerifierPool
 
@@ -246,7 +278,7 @@ async def _evaluate(engine_cfg, specs: list, n: int, sampling, args: argparse.Na
 # --- CLI -----------------------------------------------------------------------------
 
 
-def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         "--data is one of:\n"
@@ -304,7 +336,7 @@ def parse_ks(text: str, n: int | None) -> tuple[list[int], int]:
     return ks, n
 
 
-def eval_main(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     """Run the evaluation ``args`` describe and write its report; 0, or 2 on bad input."""
     import anyio
 
@@ -350,12 +382,13 @@ def eval_main(args: argparse.Namespace) -> int:
 __all__ = [
     "CheckpointNotFoundError",
     "EvalArgumentsInvalidError",
-    "add_eval_arguments",
-    "eval_main",
+    "Args",
+    "add_arguments",
     "eval_report",
     "load_eval_prompts",
     "parse_ks",
     "pass_at_ks",
     "resolve_checkpoint",
+    "run",
     "score_prompts",
 ]

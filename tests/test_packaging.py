@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-ROOTS = ("protocol", "actors", "rollout", "verify", "learner")
+ROOTS = ("protocol", "actors", "rollout", "verify", "learner", "cli")
 
 
 def test_every_package_folder_is_listed_by_setup():
@@ -42,7 +42,7 @@ def test_wheel_holds_only_the_rlvr_namespace(tmp_path):
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert tops == {"rlvr", next(t for t in tops if t.endswith(".dist-info"))}
     names = zipfile.ZipFile(wheel).namelist()
-    assert "rlvr/protocol/codec.py" in names and "rlvr/actors/builtin.toml" in names
+    assert "rlvr/protocol/codec.py" in names and "rlvr/cli/builtin.toml" in names
     assert not any(n.startswith("rlvr/__init__.py") for n in names)  # a namespace package
 
 

@@ -3,7 +3,7 @@
 - ``plain``: one line per optimizer step and per evaluation, read from the
   learner's ``metrics.jsonl`` (CI logs stay readable).
 - ``logs``: every child's log lines, prefixed with the replica.
-- ``live``: one compact panel (rich) on a TTY; see ``rlvr.actors.live``.
+- ``live``: one compact panel (rich) on a TTY; see ``rlvr.cli.ui.live``.
 - ``auto``: ``live`` on a TTY, ``plain`` otherwise.
 
 Full logs always go to ``<run_dir>/logs``.
@@ -80,7 +80,7 @@ def format_record(rec: dict) -> str:
 
 
 def format_summary(s: dict) -> str:
-    from rlvr.actors.report import format_report  # stdlib only at import
+    from rlvr.cli.commands.report import format_report  # stdlib only at import
 
     return "\n".join(["", "summary", format_report(s), f"  {'exit code':<23}  {s.get('exit_code')}"])
 
@@ -92,7 +92,7 @@ def make_display(mode: str, run_dir: Path):
         mode = "live" if sys.stdout.isatty() else "plain"
     if mode == "live":
         try:
-            from rlvr.actors.live import LiveDisplay
+            from rlvr.cli.ui.live import LiveDisplay
 
             return LiveDisplay(run_dir)
         except ImportError:

@@ -10,24 +10,26 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rlvr.actors.entry_eval import (
+from rlvr.cli.commands.eval import (
     CheckpointNotFoundError,
     EvalArgumentsInvalidError,
-    add_eval_arguments,
-    eval_main,
+    Args,
+    add_arguments,
     eval_report,
     parse_ks,
     resolve_checkpoint,
+    run,
 )
+from rlvr.cli.args import parse_into
 
 REPORT_KEYS = {"model", "data", "engine", "n", "ks", "temperature", "max_tokens", "seed", "prompts",
                "samples", "pass_at_k", "outcomes", "mean_reward", "per_prompt", "seconds"}
 
 
-def _args(*argv: str) -> argparse.Namespace:
+def _args(*argv: str) -> Args:
     parser = argparse.ArgumentParser()
-    add_eval_arguments(parser)
-    return parser.parse_args(list(argv))
+    add_arguments(parser)
+    return parse_into(parser, list(argv), Args)
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +80,11 @@ def test_checkpoint_is_a_model_folder_or_a_run_directory(tmp_path):
     assert resolve_checkpoint(run / "weights" / "v2") == run / "weights" / "v2"
 
 
-def test_eval_main_writes_a_report_for_the_arithmetic_heldout_split(tiny_model, tmp_path, capsys):
+def test_eval_writes_a_report_for_the_arithmetic_heldout_split(tiny_model, tmp_path, capsys):
     out = tmp_path / "report.json"
     args = _args("--checkpoint", str(tiny_model), "--data", "arithmetic", "--engine", "hf",
                  "--limit", "8", "--k", "1,2", "--n", "2", "--pool-size", "1", "--output", str(out))
-    assert eval_main(args) == 0
+    assert run(args) == 0
     report = json.loads(out.read_text())
     assert REPORT_KEYS <= set(report)
     assert (report["engine"], report["n"], report["prompts"], report["max_tokens"]) == ("hf", 2, 8, 7)
@@ -117,7 +119,7 @@ def test_pass_at_1_is_exact_when_the_gold_answers_are_known(tiny_model, tmp_path
     args = _args("--checkpoint", str(tiny_model), "--data", str(data), "--engine", "hf", "--k", "1",
                  "--temperature", "0", "--max-tokens", "7", "--prompt-field", "q", "--answer-field", "a",
                  "--verifier", "exact", "--pool-size", "1")
-    assert eval_main(args) == 0
+    assert run(args) == 0
     report = json.loads((tiny_model / "eval-known.json").read_text())
     assert report["pass_at_k"] == {"1": 0.5}
     assert [p["correct"] for p in report["per_prompt"]] == [1, 0, 1, 0]
@@ -127,7 +129,7 @@ def test_pass_at_1_is_exact_when_the_gold_answers_are_known(tiny_model, tmp_path
 def test_a_verification_timeout_counts_as_incorrect_and_is_reported_apart(tiny_model, tmp_path):
     """Even with a timeout reward of 1.0, a timed-out completion is not a correct one."""
     from rlvr.learner.datasets import TaskSpec
-    from rlvr.actors.entry_eval import score_prompts
+    from rlvr.cli.commands.eval import score_prompts
     from rlvr.protocol.tasks import SamplingParams, VerifierSpec
     from rlvr.rollout.engines.base import HFEngineConfig, make_engine
     from rlvr.verify.pool import VerifierPool
@@ -155,8 +157,8 @@ def test_bad_input_exits_2_before_generating(tiny_model, tmp_path):
     data = tmp_path / "one.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
     ok = ("--checkpoint", str(tiny_model), "--data", str(data), "--engine", "hf", "--max-tokens", "7")
-    assert eval_main(_args(*ok, "--checkpoint", str(tmp_path))) == 2  # no model there
-    assert eval_main(_args(*ok, "--verifier", "no-such-verifier")) == 2
-    assert eval_main(_args(*ok, "--max-tokens", "64")) == 2  # the tiny model's whole context
-    assert eval_main(_args(*ok, "--k", "1,8", "--n", "4")) == 2
-    assert eval_main(_args(*ok, "--data", str(tmp_path / "missing.jsonl"))) == 2
+    assert run(_args(*ok, "--checkpoint", str(tmp_path))) == 2  # no model there
+    assert run(_args(*ok, "--verifier", "no-such-verifier")) == 2
+    assert run(_args(*ok, "--max-tokens", "64")) == 2  # the tiny model's whole context
+    assert run(_args(*ok, "--k", "1,8", "--n", "4")) == 2
+    assert run(_args(*ok, "--data", str(tmp_path / "missing.jsonl"))) == 2

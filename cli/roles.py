@@ -18,13 +18,27 @@ import anyio
 import msgspec
 
 from rlvr.actors.bus import BusConnectError, default_replica_id
-from rlvr.actors.config import SharedSections, convert_config, read_config
+from rlvr.actors.config import ConfigError, SharedSections, convert_config, read_config
 from rlvr.actors.logs import configure_logging, get_logger
 from rlvr.actors.tracing import setup_tracing, shutdown_tracing
+from rlvr.cli.args import RoleArgs
 
 
 ROLE_SECTIONS = ("rollout", "verify", "learn")
 OTHER_SECTIONS = ("up",)
+
+
+def role_main(args: RoleArgs) -> int:
+    """Run the role ``args`` name; 2 on a bad config (the message names the key)."""
+    from rlvr.actors.lifeline import follow_up
+
+    follow_up()  # started by `up`: stop (drain) when `up` dies, even by SIGKILL
+    try:
+        cfg = load_role_config(args.role, args.config, overrides=args.overrides())
+    except ConfigError as e:
+        print(f"rlvr-actor: {e}", file=sys.stderr)
+        return 2
+    return run_role(args.role, cfg, replica=args.replica)
 
 
 def load_role_config(role: str, path: str | Path | None, overrides: dict | None = None) -> SharedSections:
@@ -33,7 +47,7 @@ def load_role_config(role: str, path: str | Path | None, overrides: dict | None 
     (typed, unknown keys refused), the other sections kept as raw tables."""
     raw, source = read_config(path, overrides)
     if role == "learn":
-        from rlvr.actors.entry_config import Config
+        from rlvr.cli.run_config import Config
 
         return convert_config(raw, Config, source)
     if role == "verify":
@@ -61,7 +75,7 @@ def _factory(role: str, cfg):
 
         return lambda: RolloutActor(cfg.rollout)
     if role == "learn":
-        from rlvr.actors.entry_config import dump_config
+        from rlvr.cli.run_config import dump_config
         from rlvr.learner.actor import LearnActor
 
         return lambda: LearnActor(

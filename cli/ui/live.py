@@ -11,7 +11,7 @@ One compact panel, redrawn on every ``tick`` of the launcher:
   (from heartbeats), or the process state while none has been heard;
 - queue depths: messages per stream, and lag / unacked per durable consumer.
 
-Heartbeats and stream info come from ``rlvr.actors.status.collect_status``,
+Heartbeats and stream info come from ``rlvr.cli.commands.status.collect_status``,
 run every couple of seconds in a background thread against the run's NATS
 URL (``nats.url`` in config.json), so a slow or absent server never blocks
 the launcher. Messages from ``info``/``error`` are printed above the panel.
@@ -20,8 +20,8 @@ The panel must never break a run: any error while drawing switches the
 display to ``PlainDisplay`` lines for the rest of the run, and says so once.
 Full logs are in ``<run_dir>/logs`` already; this module only shows a view.
 
-Not covered: what a non-TTY shows (``rlvr.actors.display``), the summary
-table's contents (``format_summary``) and plots (``rlvr.actors.report``).
+Not covered: what a non-TTY shows (``rlvr.cli.ui.display``), the summary
+table's contents (``format_summary``) and plots (``rlvr.cli.commands.report``).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from rlvr.actors.display import PlainDisplay, format_record, format_summary
-
-QUEUES = (("TASKS", "rollout"), ("ROLLOUTS", "verify"), ("SCORED", "learn"))
+from rlvr.cli.commands.status import DURABLES as QUEUES
+from rlvr.cli.commands.status import ConsumerStatus, StatusSnapshot, StreamStatus
+from rlvr.cli.ui.display import PlainDisplay, format_record, format_summary
 
 
 @dataclass
@@ -64,7 +64,7 @@ class LiveState:
     eval_labels: set[str] = field(default_factory=set)
     # (replica, role, process state) from the launcher's children.
     processes: list[tuple[str, str, str]] = field(default_factory=list)
-    status: dict | None = None  # the last collect_status result
+    status: StatusSnapshot | None = None  # the last collect_status result
     status_error: str = ""
 
     @property
@@ -144,18 +144,18 @@ def _replica_table(s: LiveState) -> Table:
     table = Table(box=None, pad_edge=False, expand=True, header_style="dim")
     for col in ("replica", "role", "state", "policy", "in flight", "throughput", "seen"):
         table.add_column(col, no_wrap=True)
-    beats = {r["replica"]: r for r in (s.status or {}).get("replicas", [])}
+    beats = {r.replica: r for r in s.status.replicas} if s.status else {}
     rows: list[tuple[str, str]] = [(replica, role) for replica, role, _ in s.processes]
-    rows += [(r, b["role"]) for r, b in beats.items() if r not in {x for x, _ in rows}]
+    rows += [(r, b.role) for r, b in beats.items() if r not in {x for x, _ in rows}]
     proc_state = {replica: state for replica, _, state in s.processes}
     for replica, role in rows:
         b = beats.get(replica)
         if b is None:
             cells = (replica, role, proc_state.get(replica, "?"), "-", "-", "-", "no heartbeat yet")
         else:
-            state = b["state"] if proc_state.get(replica, "running") == "running" else proc_state[replica]
-            cells = (replica, role, state, f"v{b['policy_version']}", str(b["in_flight"]),
-                     _rate(role, b.get("gauges", {})), f"{b['age_s']:.0f}s ago")
+            state = b.state if proc_state.get(replica, "running") == "running" else proc_state[replica]
+            cells = (replica, role, state, f"v{b.policy_version}", str(b.in_flight),
+                     _rate(role, b.gauges), f"{b.age_s:.0f}s ago")
         table.add_row(*(Text(c) for c in cells))  # plain text: ids are never rich markup
     return table
 
@@ -165,15 +165,15 @@ def _queues(s: LiveState) -> Text:
     if s.status is None:
         t.append(s.status_error or "waiting for NATS ...", style="yellow" if s.status_error else "dim")
         return t
-    streams, consumers = s.status.get("streams", {}), s.status.get("consumers", {})
+    streams, consumers = s.status.streams, s.status.consumers
     for stream, durable in QUEUES:
-        info, ci = streams.get(stream, {}), consumers.get(durable, {})
+        info, ci = streams.get(stream, StreamStatus()), consumers.get(durable, ConsumerStatus())
         t.append(f"{stream} ", style="bold")
-        t.append(str(info.get("messages", "-")))
-        if "lag" in ci:
-            t.append(f" (lag {ci['lag']}, unacked {ci['ack_pending']})", style="dim")
+        t.append(str(info.messages if info.messages is not None else "-"))
+        if ci.lag is not None:
+            t.append(f" (lag {ci.lag}, unacked {ci.ack_pending})", style="dim")
         t.append("   ")
-    dead = streams.get("DEAD", {}).get("messages")
+    dead = streams.get("DEAD", StreamStatus()).messages
     t.append("DEAD ", style="bold").append(str(dead if dead is not None else "-"), style="red" if dead else "")
     if s.status_error:
         t.append(f"   (last poll failed: {s.status_error})", style="yellow")
@@ -195,7 +195,7 @@ class StatusPoller:
 
     def __init__(self, config_file: Path) -> None:
         self.config_file = config_file
-        self.latest: dict | None = None
+        self.latest: StatusSnapshot | None = None
         self.latest_at: float | None = None
         self.error = ""
         self._stop = threading.Event()
@@ -214,7 +214,7 @@ class StatusPoller:
             import anyio
 
             from rlvr.actors.config import SharedSections, convert_config, read_config
-            from rlvr.actors.status import collect_status
+            from rlvr.cli.commands.status import collect_status
 
             # Only the shared sections: this view never imports a role's config.
             raw, source = read_config(self.config_file)

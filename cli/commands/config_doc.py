@@ -1,6 +1,6 @@
 """``rlvr-actor config-doc``: every config option as Markdown, generated from the types.
 
-It walks ``rlvr.actors.config.Config`` and every msgspec Struct reachable
+It walks ``rlvr.cli.run_config.Config`` and every msgspec Struct reachable
 from it (tagged unions give one table per variant, an optional struct gets
 its own table), and prints one table per TOML section with each key's type
 (bounds from ``Annotated[..., Meta(...)]``), its default *in that place*
@@ -20,6 +20,7 @@ verifier parameters that travel inside a task's ``VerifierSpec.params``.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import functools
 import inspect
@@ -313,6 +314,29 @@ def render_markdown(sections: list[Section]) -> str:
             default = f"`{_cell(r.default)}`" if r.default not in ("", "required", "(section below)") else r.default
             parts.append(f"| `{r.key}` | {_cell(r.type)} | {default} | {_cell(r.meaning)} |")
     return "\n".join(parts) + "\n"
+
+
+DESCRIPTION = "Print every config option with its type, default and meaning (Markdown)."
+
+
+class Args(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: Args) -> int:
+    import sys
+
+    from rlvr.cli.run_config import Config
+
+    try:
+        print(config_doc(Config))
+    except BrokenPipeError:  # `rlvr-actor config-doc | head`
+        sys.stderr.close()
+    return 0
 
 
 def config_doc(root: type) -> str:

@@ -25,13 +25,30 @@ import time
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
-from rlvr.actors.entry_config import Config, ConfigError, dump_config, load_config
-from rlvr.actors.display import make_display
 from rlvr.actors.lifeline import UP_PID_ENV
-from rlvr.actors.natsserver import NatsServer
+from rlvr.cli.natsserver import NatsServer
+from rlvr.cli.run_config import Config, ConfigError, dump_config, load_config
+from rlvr.cli.ui.display import make_display
+
+DESCRIPTION = "Start an embedded nats-server and every role as its own process."
+
+
+class Args(msgspec.Struct, frozen=True, kw_only=True):
+    config: str | None = None  # None: the built-in example
+    run: str | None = None
+    run_dir: str | None = None
+    display: Literal["auto", "live", "plain", "logs"] | None = None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML config (default: the built-in example)")
+    p.add_argument("--run", help="run id")
+    p.add_argument("--run-dir", help="run directory (default: <up.runs_dir>/<run>-<time>)")
+    p.add_argument("--display", choices=("auto", "live", "plain", "logs"), help="terminal output")
 
 
 class Child:
@@ -51,10 +68,10 @@ class StopRequest(msgspec.Struct):
 
 
 def builtin_config_path() -> Path:
-    return Path(str(resources.files("rlvr.actors").joinpath("builtin.toml")))
+    return Path(str(resources.files("rlvr.cli").joinpath("builtin.toml")))
 
 
-def up_main(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     path = args.config or builtin_config_path()
     overrides = {"run": args.run} if args.run else {}
     try:
@@ -110,7 +127,7 @@ def up_main(args: argparse.Namespace) -> int:
     summary = _write_summary(run_dir, cfg, wall, code)
     if (run_dir / "metrics.jsonl").exists():
         try:
-            from rlvr.actors.report import summarize, write_plots
+            from rlvr.cli.commands.report import summarize, write_plots
 
             summary = summarize(run_dir)
             display.info(f"plots: {len(write_plots(run_dir))} PNG files in {run_dir / 'plots'}")
@@ -207,7 +224,7 @@ def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Confi
     log = open(log_path, "ab")  # noqa: SIM115 (handed to the child)
     proc = subprocess.Popen(
         # -P: the working directory never lands on the role's sys.path (a .py file there would shadow imports).
-        [sys.executable, *(("-P",) if sys.version_info >= (3, 11) else ()), "-m", "rlvr.actors.cli",
+        [sys.executable, "-P", "-m", "rlvr.cli",
          "--role", role, "--config", str(config_file), "--replica", replica],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -6,7 +6,8 @@ import json
 import random
 from pathlib import Path
 
-from rlvr.actors.report import PLOTS, format_report, read_metrics, report_main, summarize, write_plots
+from rlvr.cli.main import main
+from rlvr.cli.commands.report import PLOTS, format_report, read_metrics, summarize, write_plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -78,10 +79,10 @@ def test_a_replayed_step_counts_once_with_the_later_record(tmp_path):
 
 
 def test_report_main_prints_table_and_fails_cleanly_without_metrics(tmp_path, capsys):
-    assert report_main(str(tmp_path)) == 2
+    assert main(["report", str(tmp_path)]) == 2
     assert "metrics.jsonl does not exist" in capsys.readouterr().err
     _write_run(tmp_path, with_kl=True)
-    assert report_main(str(tmp_path)) == 0
+    assert main(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "pass@1 before -> after" in out and "plots (7)" in out
     assert (tmp_path / "plots" / "kl.png").is_file()

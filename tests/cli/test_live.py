@@ -9,14 +9,16 @@ import time
 from pathlib import Path
 
 import anyio
+import msgspec
 import nats
 from rich.console import Console
 
-from rlvr.actors.live import LiveDisplay, LiveState, StatusPoller, make_progress, render_panel
+from rlvr.cli.commands.status import StatusSnapshot
+from rlvr.cli.ui.live import LiveDisplay, LiveState, StatusPoller, make_progress, render_panel
 from rlvr.protocol import Heartbeat, RunNames, encode
 from tests.conftest import wait_for, write_config
 
-STATUS = {
+STATUS = msgspec.convert({
     "run": "demo",
     "policy_version": 3,
     "replicas": [
@@ -32,7 +34,8 @@ STATUS = {
                 "DEAD": {"messages": 2, "bytes": 1}},
     "consumers": {"rollout": {"lag": 3, "ack_pending": 8}, "verify": {"lag": 30, "ack_pending": 10},
                   "learn": {"lag": 0, "ack_pending": 64}},
-}
+    "learner": {},
+}, StatusSnapshot)
 
 
 class FakeProc:
@@ -141,15 +144,14 @@ def test_status_poller_reports_heartbeats_from_a_real_server(tmp_path, nats_serv
 
     def heard() -> dict | None:
         _send_heartbeat(nats_server.url)  # a replica beats until the poller has heard it
-        return poller.latest if poller.latest and poller.latest["replicas"] else None
+        return poller.latest if poller.latest and poller.latest.replicas else None
 
     try:
         st = wait_for(heard, timeout_s=20, what="a status poll that heard the heartbeat")
     finally:
         poller.stop()
-    assert [(r["replica"], r["policy_version"], r["gauges"]) for r in st["replicas"]] == [
-        ("rollout-7", 4, {"tokens_per_s": 99.0})]
-    assert "error" in st["streams"]["TASKS"]  # no run has created its streams on this server
+    assert [(r.replica, r.policy_version, r.gauges) for r in st.replicas] == [("rollout-7", 4, {"tokens_per_s": 99.0})]
+    assert st.streams["TASKS"].error  # no run has created its streams on this server
     state = LiveState(status=st)
     console = _console()
     console.print(render_panel(state, make_progress()))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from rlvr.actors.entry_config import load_config
-from rlvr.actors.launcher import builtin_config_path
+from rlvr.cli.run_config import load_config
+from rlvr.cli.commands.up import builtin_config_path
 from tests.conftest import REPO, wait_for, write_config
 
 SKELETON = REPO / "tests" / "data" / "skeleton.toml"
@@ -36,7 +36,7 @@ def test_up_runs_the_skeleton_status_sees_it_and_traces_link(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with open(out, "w") as f:
         up = subprocess.Popen(
-            [sys.executable, "-m", "rlvr.actors.cli", "up", "--config", str(SKELETON), "--run-dir", str(run_dir),
+            [sys.executable, "-m", "rlvr.cli", "up", "--config", str(SKELETON), "--run-dir", str(run_dir),
              "--display", "plain"],
             stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
@@ -45,7 +45,7 @@ def test_up_runs_the_skeleton_status_sees_it_and_traces_link(tmp_path):
 
         def status():
             res = subprocess.run(
-                [sys.executable, "-m", "rlvr.actors.cli", "status", "--nats", url, "--run", "skeleton", "--wait", "2.5",
+                [sys.executable, "-m", "rlvr.cli", "status", "--nats", url, "--run", "skeleton", "--wait", "2.5",
                  "--json"],
                 capture_output=True, text=True, env=env,
             )
@@ -108,7 +108,7 @@ def _start_up(config: Path, run_dir: Path, out: Path) -> subprocess.Popen:
     # Its own process group, as a shell gives a foreground job: Ctrl-C is SIGINT to that group.
     with open(out, "w") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "rlvr.actors.cli", "up", "--config", str(config), "--run-dir", str(run_dir),
+            [sys.executable, "-m", "rlvr.cli", "up", "--config", str(config), "--run-dir", str(run_dir),
              "--display", "plain"],
             stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
         )

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rlvr.actors.status import format_learner
+from rlvr.cli.commands.status import format_learner
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
 
@@ -30,7 +30,7 @@ def test_status_names_the_lease_holder_dead_letters_and_sandbox_level(actors, na
 
     def status() -> str:
         out = subprocess.run(
-            [sys.executable, "-m", "rlvr.actors.cli", "status", "--config", str(cfg), "--nats", nats_server.url,
+            [sys.executable, "-m", "rlvr.cli", "status", "--config", str(cfg), "--nats", nats_server.url,
              "--wait", "1.5"], capture_output=True, text=True, timeout=60,
         )
         assert out.returncode == 0, out.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.actors.config import ConfigError
-from rlvr.actors.entry_config import load_config
+from rlvr.cli.run_config import load_config
 
 CONFIG = """
 run = "lora"

@@ -12,7 +12,7 @@ or one still going, and on a copy of the file taken to another machine.
   run did not record gets a plot that says so instead of an error.
 - ``summarize(run_dir)`` refreshes the keys of ``<run_dir>/summary.json`` that
   the metrics determine, keeping the rest (``engine``, ``wall_seconds`` ...).
-- ``format_report(summary)`` is the compact table ``report_main`` prints.
+- ``format_report(summary)`` is the compact table ``run`` prints.
 
 A learner that restarted from a checkpoint replays the steps after it, so a
 step can appear twice; the later record wins.
@@ -23,12 +23,15 @@ anything that needs the bus or the model.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -279,9 +282,20 @@ def format_report(s: dict) -> str:
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
-def report_main(run_dir: str) -> int:
+DESCRIPTION = "Regenerate plots and summary.json from a run's metrics.jsonl."
+
+
+class Args(msgspec.Struct, frozen=True, kw_only=True):
+    run_dir: str
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="the run directory (holding metrics.jsonl)")
+
+
+def run(args: Args) -> int:
     """``rlvr-actor report RUN_DIR``: 0 on success, 2 when there are no metrics."""
-    path = Path(run_dir)
+    path = Path(args.run_dir)
     try:
         summary = summarize(path)
         plots = write_plots(path)
@@ -295,5 +309,5 @@ def report_main(run_dir: str) -> int:
     return 0
 
 
-__all__ = ["PLOTS", "MetricsMissingError", "RunMetrics", "format_report", "read_metrics", "report_main",
+__all__ = ["PLOTS", "MetricsMissingError", "RunMetrics", "format_report", "read_metrics", "run",
            "summarize", "write_plots"]
