@@ -7,7 +7,7 @@ Not here: the whole-run ``Config`` that names each role's section. It lives in
 ``rlvr.cli.run_config``, which only the entry layer (``cli``, ``roles``,
 ``launcher``) imports, so that the runtime every role shares never imports a
 role. The comments on each field are the option reference: ``rlvr-actor
-config-doc`` prints them (the README's table is that output).
+config-doc`` prints them (docs/config.md is that output).
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ class HeartbeatFields(msgspec.Struct):
     in_flight: int = 0
     counters: dict[str, float] = {}
     gauges: dict[str, float] = {}
+    alerts: list[str] = []  # warnings the actor raises now, one line each
 
 
 class ActorContext:
@@ -140,5 +141,6 @@ async def _send_heartbeat(ctx: ActorContext, actor: RoleActor) -> None:
         in_flight=fields.in_flight,
         counters=fields.counters,
         gauges=fields.gauges,
+        alerts=fields.alerts,
     )
     await ctx.bus.publish_core(ctx.names.status(actor.role, ctx.replica), hb)

@@ -1,6 +1,6 @@
 """Held-out pass@1 of a SmolLM2 run, before and after, offline through vLLM.
 
-The README's "A real pretrained model learns" benchmark: run
+The "A real pretrained model learns" benchmark (docs/benchmarks.md): run
 ``examples/smollm2.toml`` (its learner keeps every 10th policy), then
 
     OMP_NUM_THREADS=1 python bench/smollm2_learning.py --run runs/smollm2 --versions 0,50,20,40

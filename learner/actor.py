@@ -38,6 +38,7 @@ from rlvr.actors.logs import get_logger
 from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import remote_span_context, tracer
+from rlvr.learner.alarms import Alarm, SignalWatch
 from rlvr.learner.checkpoint import CheckpointStore, LearnerState
 from rlvr.learner.custody import Custody, span_links
 from rlvr.learner.config import LearnConfig
@@ -46,7 +47,7 @@ from rlvr.learner.eval_rounds import Evaluator
 from rlvr.learner.feeder import Feeder
 from rlvr.learner.groups import Group, GroupAssembler, filter_group
 from rlvr.learner.lease import LearnerLease
-from rlvr.learner.metrics import MetricsWriter, batch_metrics
+from rlvr.learner.metrics import MetricsWriter, batch_metrics, write_json_atomic, write_jsonl
 from rlvr.learner.records import StepRecord
 from rlvr.learner.rollout_versions import RolloutVersions
 from rlvr.protocol import OUTCOMES, Scored, decode
@@ -78,6 +79,9 @@ class LearnActor:
         # Every sample's fate, from its arrival to the checkpoint that records it.
         self.custody = Custody()
         self.assembler = GroupAssembler(cfg.group_timeout_s)
+        # Says early when the reward carries no signal (learner/alarms.py).
+        self.watch = SignalWatch(cfg.alarms)
+        self.last_step_at = time.monotonic()
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
         self.last_record: StepRecord | None = None
         # Made by _restore, once the bus and the checkpoint are at hand.
@@ -174,6 +178,7 @@ class LearnActor:
                 await tg.start(io.consumer.run, consumer_stop)
                 await tg.start(io.rollouts.run)
                 tg.start_soon(self._expire_partial_groups)
+                tg.start_soon(self._report_progress)
                 await self._main(ctx, tg, resumed=resumed)
                 consumer_stop.set()
                 tg.cancel_scope.cancel()
@@ -206,6 +211,7 @@ class LearnActor:
             self._write_summary()
             log.info("learner_done", steps=self.state.step, samples_trained=self.state.samples_trained)
         if scope.cancelled_caught:
+            self._write_summary(stopped=True)  # a run stopped early still accounts for what it received
             log.info("learner_stopped", step=self.state.step, note="uncommitted steps will be replayed")
 
     # --- the step -----------------------------------------------------------------
@@ -220,6 +226,8 @@ class LearnActor:
                 dynamic_sampling=cfg.dynamic_sampling, zero_variance_eps=cfg.zero_variance_eps,
             )
             await self._release(self.custody.filtered(group, result))
+            for alarm in self.watch.group(group, result):
+                self._raise(alarm)
             feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members],
                         group.members[0][1].sample.index)
             if result.kept:
@@ -239,6 +247,7 @@ class LearnActor:
             engine_metrics = await self.trainer.train(scored) if self.trainer else {}
             train_s = time.monotonic() - t0
             self.state.step += 1
+            self.last_step_at = time.monotonic()
             span.set_attribute("rlvr.step", self.state.step)
             await self._release(self.custody.train(ids))
             self.state.samples_trained += len(ids)
@@ -349,6 +358,33 @@ class LearnActor:
         flat = result.flat()
         io.metrics.write({"event": "eval", **flat})
         log.info("eval", **flat)
+        if io.evaluator.last_kept:
+            await anyio.to_thread.run_sync(
+                write_jsonl, self.out / "evals" / f"{self.state.eval_rounds:03d}-{label}.jsonl", io.evaluator.last_kept
+            )
+
+    def _raise(self, alarm: Alarm) -> None:
+        log.warning("reward_signal_alarm", kind=alarm.kind, verifier=alarm.verifier, message=alarm.message,
+                    outcomes=alarm.outcomes, examples=msgspec.to_builtins(alarm.examples))
+        self.io.metrics.write(alarm.record())
+
+    async def _report_progress(self) -> None:
+        """While no step comes: a progress record every ``progress_every_s`` (what
+        was scored and why it was dropped), the time-based alarms, and the summary
+        file, so a run that cannot step is visible and accounted for."""
+        every = self.cfg.progress_every_s
+        while True:
+            await anyio.sleep(every)
+            for alarm in self.watch.check():
+                self._raise(alarm)
+            if time.monotonic() - self.last_step_at >= every:
+                self.io.metrics.write({"event": "progress", "step": self.state.step,
+                                       "seconds_since_step": round(time.monotonic() - self.last_step_at, 1),
+                                       "groups_seen": self.watch.groups_seen, "groups_kept": self.watch.groups_kept,
+                                       **self.custody.accounting(self.state.samples_trained),
+                                       **self._run_totals()})
+                summary = self._summary()  # built here: custody changes on this loop only
+                await anyio.to_thread.run_sync(write_json_atomic, self.out / "learner_summary.json", summary)
 
     async def _expire_partial_groups(self) -> None:
         while True:
@@ -358,21 +394,27 @@ class LearnActor:
                 if group.purpose == "train":
                     self.io.feeder.done(group.group_id)
 
-    def _write_summary(self) -> None:
+    def _write_summary(self, stopped: bool = False) -> None:
+        """``learner_summary.json``: written at the end, on a stop, and while no step comes."""
+        write_json_atomic(self.out / "learner_summary.json", self._summary(stopped))
+
+    def _summary(self, stopped: bool = False) -> dict:
         evals = self.state.eval_history
         before = next((e for e in evals if e.label == "before"), None)
         after = next((e for e in reversed(evals) if e.label == "after"), None)
         summary = {
             "run": self.io.ctx.names.run, "steps": self.state.step, "samples_trained": self.state.samples_trained,
-            "policy_version": self.state.version,
+            "policy_version": self.state.version, "stopped_early": stopped,
             "pass_at_1_before": before.pass_at.get(1) if before else None,
             "pass_at_1_after": after.pass_at.get(1) if after else None,
             "evals": [e.flat() for e in evals],
+            "samples": self.custody.accounting(self.state.samples_trained),
             "drops": self.custody.drop_totals(),
             "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
+            "alarms": [a.message for a in self.watch.active.values()],
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
         }
-        (self.out / "learner_summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
 
     def heartbeat(self) -> HeartbeatFields:
         gauges = {k: float(v) for k, v in self.last_record.flat().items()} if self.last_record else {}
@@ -389,6 +431,7 @@ class LearnActor:
             counters["lease_renewal_failures"] = float(self._io.lease.renewal_failures)
         return HeartbeatFields(
             policy_version=self.state.version, in_flight=held, counters=counters, gauges=gauges,
+            alerts=self.watch.alerts(),
         )
 
 

@@ -1,6 +1,7 @@
 """Configuration of the learner role (the ``[learn]`` section).
 
-The feeder's datasets are tagged variants (``kind = "arithmetic"`` ...); the
+The feeder's datasets are tagged variants (``kind = "arithmetic"`` ...,
+``rlvr.learner.dataset_config``); the
 algorithm and DeepSpeed settings live in ``rlvr.learner.engine_config`` and
 are attached here as ``[learn.engine]``. Without an engine section the learner
 runs "dry": it feeds tasks, assembles and filters groups and reports reward
@@ -14,80 +15,19 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
+from rlvr.learner.dataset_config import (  # noqa: F401 (re-exported: the [learn.dataset] variants)
+    ArithmeticDataset,
+    BuiltinDataset,
+    DatasetConfig,
+    HFDataset,
+    JsonlDataset,
+    ReasoningGymDataset,
+)
+from rlvr.learner.alarms import AlarmConfig
 from rlvr.learner.engine_config import TrainEngineConfig
-from rlvr.protocol.tasks import SamplingParams, VerifierSpec
+from rlvr.protocol.tasks import SamplingParams
 
 PositiveInt = Annotated[int, Meta(ge=1)]
-
-
-class ArithmeticDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="arithmetic", tag_field="kind"):
-    """Built-in: generated integer arithmetic ("12+7="), verifiable by exact match."""
-
-    # Operators drawn uniformly.
-    ops: tuple[Literal["+", "-", "*"], ...] = ("+", "-")
-    # Operands are uniform in [0, max_operand].
-    max_operand: Annotated[int, Meta(ge=1)] = 99
-    # Problems held out for evaluation, removed from training by exact match.
-    holdout: Annotated[int, Meta(ge=0)] = 500
-    # Write operands with leading zeros ("07+45="), so every prompt has the
-    # same length and each digit the same position: a tiny model learns
-    # column arithmetic much faster (the experiment in docs/design.md left-padded).
-    pad_operands: bool = True
-    # Verifier that scores the answers; "{gold}" in its params becomes the answer.
-    verifier: VerifierSpec = VerifierSpec(name="exact", params={"gold": "{gold}"})
-    # "bare": the prompt is the problem itself ("12+7="), for models that continue text.
-    # "chat": one user message through the model's chat template, worded by `question`
-    # (for instruct models; operands are then written without padding).
-    prompt_style: Literal["bare", "chat"] = "bare"
-    # The user message of prompt_style "chat": "{a}", "{op}" and "{b}" are replaced
-    # (op as +, - or \times).
-    question: str = "What is {a} {op} {b}? Put the final answer in \\boxed{}."
-
-
-class JsonlDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="jsonl", tag_field="kind"):
-    """Any JSONL or Parquet file with a prompt column and a gold-answer column."""
-
-    # The file: JSON lines (gzipped if it ends in .gz), a .json array of records, or .parquet.
-    path: str
-    # Record field holding the prompt text (a record without it is an error).
-    prompt_field: str = "prompt"
-    # Record field holding the gold answer (passed to the verifier as params.gold).
-    answer_field: str = "answer"
-    # Verifier name; the gold answer is passed as params.gold unless `tests_field` is set.
-    verifier: str = "math"
-    # Record field holding tests for code tasks, passed as params.tests instead of the
-    # answer ("" = use answer_field).
-    tests_field: str = ""
-    # More verifier params from record fields, {param = "field"}: e.g. {fn_name = "fn_name"}
-    # for LeetCode / LiveCodeBench functional tasks (tests_field holds their {input, output} cases).
-    params_fields: dict[str, str] = {}
-    # A full verifier spec instead (e.g. a composite); "{gold}" / "{tests}" in
-    # its params are replaced by the record's answer / tests.
-    verifier_spec: VerifierSpec | None = None
-    # Records held out for evaluation (a seeded random choice), never trained on.
-    holdout: Annotated[int, Meta(ge=0)] = 0
-
-
-class BuiltinDataset(Struct, frozen=True, forbid_unknown_fields=True, tag="builtin", tag_field="kind"):
-    """One of the public sets shipped in the repository's data/, through its adapter."""
-
-    # Which set: GSM8K, MATH (its test set), MATH-500, MBPP (sanitized) or HumanEval.
-    name: Literal["gsm8k", "math", "math500", "mbpp", "humaneval"]
-    # Directory with the same layout as the repository's data/ ("" = that data/ folder).
-    root: str = ""
-    # GSM8K file to read; the other sets ship one file each and ignore it.
-    split: Literal["train", "test"] = "train"
-    # MATH levels to keep (empty = all).
-    levels: tuple[int, ...] = ()
-    # Records held out for evaluation (a seeded random choice), never trained on.
-    holdout: Annotated[int, Meta(ge=0)] = 0
-    # Override the adapter's verifier (math for GSM8K/MATH, code for MBPP/HumanEval),
-    # e.g. with a composite adding a format reward and overlong shaping;
-    # "{gold}" / "{tests}" in its params are replaced per record.
-    verifier: VerifierSpec | None = None
-
-
-DatasetConfig = ArithmeticDataset | JsonlDataset | BuiltinDataset
 
 
 class EvalConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -104,6 +44,9 @@ class EvalConfig(Struct, frozen=True, forbid_unknown_fields=True):
     temperature: Annotated[float, Meta(ge=0)] = 1.0
     # Seconds an evaluation round may take before it reports what it has.
     timeout_s: Annotated[float, Meta(gt=0)] = 600.0
+    # Completions of each round kept with their prompts and verdicts, to read what the model
+    # wrote and how it was judged: <run_dir>/evals/<round>-<label>.jsonl (0 = none).
+    keep_completions: Annotated[int, Meta(ge=0)] = 64
 
 
 class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -139,7 +82,8 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    # Where training and held-out prompts come from: kind = "arithmetic" | "jsonl" | "builtin".
+    # Where training and held-out prompts come from:
+    # kind = "arithmetic" | "jsonl" | "hf" | "builtin" | "reasoning_gym" (docs/datasets.md).
     dataset: DatasetConfig = ArithmeticDataset()
     # Completions per prompt (the GRPO group size G).
     group_size: PositiveInt = 8
@@ -176,6 +120,10 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     curriculum: Literal["none", "by_level", "pass_rate"] = "none"
     # pass@k on held-out prompts before, during and after RL (off while eval.prompts = 0).
     eval: EvalConfig = EvalConfig()
+    # Alarms that say early when the reward carries no signal (flat rewards, a verifier that fails).
+    alarms: AlarmConfig = AlarmConfig()
+    # While no step comes, a progress line (groups scored and dropped, by reason) every this many seconds.
+    progress_every_s: Annotated[float, Meta(gt=0)] = 15.0
     # A preparation step for `up` (the built-in example's model and warm-up).
     prepare: PrepareConfig | None = None
     # The optimizer: DeepSpeed engine, algorithm and loss. Absent = a dry

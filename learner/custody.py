@@ -140,6 +140,15 @@ class Custody:
         """Received and not yet settled: in a group being assembled or a batch not yet trained."""
         return len(self.ledger.pending)
 
+    def accounting(self, samples_trained: int) -> dict[str, int]:
+        """Every sample received, by fate: ``scored`` = trained + dropped + in flight
+        (copies of a sample, ``duplicate`` and ``late_duplicate``, are counted apart)."""
+        copies = ("duplicate", "late_duplicate")
+        dropped = sum(v for k, v in self.drops.samples.items() if k not in copies)
+        pending = self.pending()
+        return {"scored": samples_trained + dropped + pending, "trained": samples_trained, "dropped": dropped,
+                "in_flight": pending, "copies": self.drops.samples.get("duplicate", 0) + self.late_duplicates}
+
     def drop_totals(self) -> dict[str, int]:
         return {**self.drops.samples, "late_duplicate": self.ledger.late_duplicates}
 

@@ -3,19 +3,23 @@
 - ``arithmetic``: the built-in, generated integer arithmetic ("37+45=").
   Problems are drawn from the full space (every operand pair), the held-out
   split is removed from training by exact match.
-- ``jsonl``: any JSONL or Parquet file with a prompt and an answer column.
+- ``jsonl`` and ``hf``: records from local files, or a Hugging Face dataset
+  saved to disk, verl's layout included (``rlvr.learner.dataset_records``).
 - ``builtin``: GSM8K, MATH, MATH-500, MBPP and HumanEval, shipped in the
   repository's ``data/`` (its README gives the fields each adapter reads, the
   upstream of every file and its licence).
+- ``reasoning_gym``: a weighted mix of reasoning-gym's procedural tasks
+  (``rlvr.learner.dataset_rgym``).
 
-Adapters are pure and deterministic for a seed; they do not know about NATS.
+Every spec is checked against the wire's limits here (``check_specs``), so a
+record too large or too deep to travel is an error naming it at start-up,
+not a dead letter later. Adapters are pure and deterministic for a seed;
+they do not know about NATS.
 """
 
 from __future__ import annotations
 
 import ast
-import gzip
-import json
 import random
 import re
 import time
@@ -24,9 +28,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from rlvr.learner.config import ArithmeticDataset, BuiltinDataset, DatasetConfig, JsonlDataset
+from rlvr.learner.dataset_config import (
+    ArithmeticDataset, BuiltinDataset, DatasetConfig, HFDataset, JsonlDataset, ReasoningGymDataset,
+)
+from rlvr.learner.dataset_records import DatasetError, hf_specs, jsonl_specs, read_file, render_prompt
 from rlvr.protocol import SamplingParams, Task, VerifierSpec
 from rlvr.protocol.tasks import ChatMessage
+from rlvr.protocol.validate import MessageInvalidError, check_record, check_verifier_spec
 
 
 class TaskSpec(msgspec.Struct, frozen=True):
@@ -37,6 +45,8 @@ class TaskSpec(msgspec.Struct, frozen=True):
     level: int | None = None
     # A reference response for supervised warm-up (the answer, or a worked solution).
     reference: str = ""
+    # The record's other fields, for reward functions (Task.record).
+    record: dict[str, Any] = {}
 
     def to_task(
         self, *, run: str, task_id: str, n: int, sampling: SamplingParams, policy_version: int,
@@ -47,12 +57,8 @@ class TaskSpec(msgspec.Struct, frozen=True):
         return Task(
             run=run, task_id=task_id, dataset=self.dataset, index=self.index, prompt=self.prompt,
             verifier=self.verifier, n=n, sampling=sampling, policy_version=policy_version,
-            created_at=time.time(), purpose=purpose, level=self.level,
+            created_at=time.time(), purpose=purpose, level=self.level, record=self.record,
         )
-
-
-class DatasetError(ValueError):
-    pass
 
 
 class Splits(msgspec.Struct, frozen=True):
@@ -87,14 +93,41 @@ def _override(specs: list[TaskSpec], template: VerifierSpec | None) -> list[Task
 
 
 def load_splits(cfg: DatasetConfig, *, seed: int) -> Splits:
+    splits = _load(cfg, seed)
+    check_specs(splits.train)
+    check_specs(splits.heldout)
+    return splits
+
+
+def _load(cfg: DatasetConfig, seed: int) -> Splits:
     match cfg:
         case ArithmeticDataset():
             return _arithmetic(cfg, seed)
         case JsonlDataset():
-            return _split(_override(_jsonl(cfg), cfg.verifier_spec), cfg.holdout, seed)
+            return _split(_override(jsonl_specs(cfg), cfg.verifier_spec), cfg.holdout, seed)
+        case HFDataset():
+            train, held = hf_specs(cfg)
+            train = _override(train, cfg.verifier_spec)
+            if held is not None:
+                return Splits(train=train, heldout=_override(held, cfg.verifier_spec))
+            return _split(train, cfg.holdout, seed)
         case BuiltinDataset():
             return _split(_override(_builtin(cfg), cfg.verifier), cfg.holdout, seed)
+        case ReasoningGymDataset():
+            from rlvr.learner.dataset_rgym import reasoning_gym_splits
+
+            return reasoning_gym_splits(cfg, seed)
     raise DatasetError(f"unknown dataset config {cfg!r}")
+
+
+def check_specs(specs: list[TaskSpec]) -> None:
+    """Every spec fits the wire (the checks its Task will pass where it is consumed)."""
+    for spec in specs:
+        try:
+            check_verifier_spec(spec.verifier)
+            check_record(spec.record)
+        except MessageInvalidError as e:
+            raise DatasetError(f"{spec.dataset} record {spec.index}: {e.reason}") from None
 
 
 def _split(items: list[TaskSpec], holdout: int, seed: int) -> Splits:
@@ -127,7 +160,7 @@ def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
     def prompt(a: int, op: str, b: int) -> str | list[ChatMessage]:
         if cfg.prompt_style == "chat":
             shown = {"*": "\\times"}.get(op, op)
-            return [ChatMessage("user", cfg.question.replace("{a}", str(a)).replace("{op}", shown).replace("{b}", str(b)))]
+            return render_prompt(cfg.question.replace("{a}", str(a)).replace("{op}", shown).replace("{b}", str(b)), cfg)
         return f"{a:0{width}d}{op}{b:0{width}d}=" if cfg.pad_operands else f"{a}{op}{b}="
 
     def spec(i: int, p: tuple[int, str, int]) -> TaskSpec:
@@ -146,46 +179,6 @@ def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
     # Held-out problems never appear in training: the problem space has no
     # duplicates, so removing the first `holdout` after the shuffle is exact.
     return Splits(train=specs[cfg.holdout :], heldout=specs[: cfg.holdout])
-
-
-# --- JSONL / Parquet ----------------------------------------------------------------
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        raise DatasetError(f"dataset file {path} does not exist")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        if path.suffix == ".json":
-            return json.load(f)
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _tests(value: Any) -> Any:
-    # LiveCodeBench ships its test cases as a JSON-encoded string.
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _jsonl(cfg: JsonlDataset) -> list[TaskSpec]:
-    records = _read_records(Path(cfg.path))
-    out = []
-    for i, r in enumerate(records):
-        if cfg.prompt_field not in r:
-            raise DatasetError(f"{cfg.path} record {i} has no field {cfg.prompt_field!r}")
-        params = {"tests": _tests(r[cfg.tests_field])} if cfg.tests_field else {"gold": str(r[cfg.answer_field])}
-        for param, field in cfg.params_fields.items():
-            if field not in r:
-                raise DatasetError(f"{cfg.path} record {i} has no field {field!r} (params_fields.{param})")
-            params[param] = r[field]
-        out.append(TaskSpec(Path(cfg.path).stem, i, str(r[cfg.prompt_field]), VerifierSpec(cfg.verifier, params)))
-    return out
 
 
 # --- builtin: the public sets in the repository's data/ -----------------------------------
@@ -222,14 +215,14 @@ def _builtin(cfg: BuiltinDataset) -> list[TaskSpec]:
     root = builtin_data_root(cfg.root)
     out: list[TaskSpec] = []
     if cfg.name == "gsm8k":
-        for i, r in enumerate(_read_records(root / "gsm8k" / f"{cfg.split}.jsonl.gz")):
+        for i, r in enumerate(read_file(root / "gsm8k" / f"{cfg.split}.jsonl.gz")):
             gold = r["answer"].split("####")[-1].strip().replace(",", "")
             prompt = _GSM8K_INSTRUCTION.format(question=r["question"])
             reference = r["answer"].split("####")[0].strip() + f"\nThe answer is {gold}."
             out.append(TaskSpec("gsm8k", i, prompt, VerifierSpec("math", {"gold": gold}), reference=reference))
     elif cfg.name in ("math", "math500"):
         path = root / ("math500/test.jsonl" if cfg.name == "math500" else "math/test.jsonl.gz")
-        for i, r in enumerate(_read_records(path)):
+        for i, r in enumerate(read_file(path)):
             gold = r.get("answer") or last_boxed(r["solution"]) or ""
             level = r["level"] if isinstance(r["level"], int) else int(re.sub(r"\D", "", r["level"]) or 0)
             if cfg.levels and level not in cfg.levels:
@@ -237,7 +230,7 @@ def _builtin(cfg: BuiltinDataset) -> list[TaskSpec]:
             prompt = _MATH_INSTRUCTION.format(problem=r["problem"])
             out.append(TaskSpec(cfg.name, i, prompt, VerifierSpec("math", {"gold": gold}), level, r["solution"]))
     elif cfg.name == "mbpp":
-        for i, r in enumerate(_read_records(root / "mbpp" / "sanitized-mbpp.json")):
+        for i, r in enumerate(read_file(root / "mbpp" / "sanitized-mbpp.json")):
             # The entry point: the function the reference defines and the first assert calls.
             defined = {n.name for n in ast.parse(r["code"]).body if isinstance(n, ast.FunctionDef)}
             called = re.findall(r"([A-Za-z_]\w*)\s*\(", r["test_list"][0])
@@ -246,9 +239,11 @@ def _builtin(cfg: BuiltinDataset) -> list[TaskSpec]:
             prompt = _CODE_INSTRUCTION.format(text=r["prompt"] + "\nTests:\n" + "\n".join(r["test_list"][:1]))
             out.append(TaskSpec("mbpp", i, prompt, VerifierSpec("code", params)))
     elif cfg.name == "humaneval":
-        for i, r in enumerate(_read_records(root / "humaneval" / "HumanEval.jsonl.gz")):
+        for i, r in enumerate(read_file(root / "humaneval" / "HumanEval.jsonl.gz")):
             tests = {"check": r["test"], "entry_point": r["entry_point"]}
             out.append(TaskSpec("humaneval", i, _CODE_INSTRUCTION.format(text=r["prompt"]), VerifierSpec("code", {"tests": tests})))
     if not out:
         raise DatasetError(f"builtin dataset {cfg.name!r} under {root} gave no records")
+    if cfg.prompt_style == "chat" or cfg.system_prompt:
+        out = [msgspec.structs.replace(s, prompt=render_prompt(s.prompt, cfg)) for s in out]
     return out

@@ -4,7 +4,9 @@ The learner publishes a round's tasks with ``purpose = "eval"`` (they never
 reach the optimizer), collects their scored groups as they complete, and
 reports pass@k for every configured k (unbiased estimator). A round that
 does not complete within its timeout reports on the groups it has and says
-how many were missing.
+how many were missing. It also keeps ``keep_completions`` of its completions
+(whole groups, in arrival order) with their prompts and verdicts
+(``EvalRound.kept``), which the learner writes to ``<run_dir>/evals/``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from rlvr.protocol import SamplingParams
 
 
 class EvalRound:
-    def __init__(self, round_id: int, label: str, task_ids: set[str], n: int, ks: tuple[int, ...]) -> None:
+    def __init__(self, round_id: int, label: str, task_ids: set[str], n: int, ks: tuple[int, ...],
+                 keep: int = 0) -> None:
         self.round_id = round_id
+        self.keep = keep
+        self.kept: list[dict] = []  # completions with their verdicts, at most `keep`
         self.label = label
         self.expected = set(task_ids)
         self.n = n
@@ -42,6 +47,8 @@ class EvalRound:
             1 for _, sc in group.members if sc.verdict.components.get("accuracy", sc.verdict.reward) > 0
         )
         self.versions += [sc.sample.policy_version for _, sc in group.members]
+        for _, sc in group.members[: max(0, self.keep - len(self.kept))]:
+            self.kept.append(completion_record(sc))
         if len(self.correct) == len(self.expected):
             self.complete.set()
 
@@ -61,6 +68,16 @@ class EvalRound:
         )
 
 
+def completion_record(sc) -> dict:
+    """A completion as a reader wants it: the prompt, the text, and how it was judged."""
+    s, v = sc.sample, sc.verdict
+    prompt = s.prompt if isinstance(s.prompt, str) or s.prompt is None else [[m.role, m.content] for m in s.prompt]
+    return {"sample_id": s.sample_id, "dataset": s.dataset, "index": s.index, "policy_version": s.policy_version,
+            "prompt": prompt, "completion": s.text, "finish_reason": s.finish_reason, "reward": v.reward,
+            "outcome": v.outcome, "verifier": v.verifier, "extracted": v.extracted, "detail": v.detail,
+            "components": v.components}
+
+
 class Evaluator:
     def __init__(self, bus: Bus, heldout: list[TaskSpec], cfg: EvalConfig, sampling: SamplingParams) -> None:
         self.bus = bus
@@ -74,6 +91,7 @@ class Evaluator:
             stop=sampling.stop,
         )
         self.current: EvalRound | None = None
+        self.last_kept: list[dict] = []  # the completions the last round kept
 
     @property
     def enabled(self) -> bool:
@@ -88,7 +106,7 @@ class Evaluator:
 
     async def run_round(self, round_id: int, label: str, policy_version: int, timeout_s: float, step: int) -> EvalResult:
         ids = {self.task_id(round_id, i) for i in range(len(self.prompts))}
-        self.current = EvalRound(round_id, label, ids, self.cfg.n, self.cfg.ks)
+        self.current = EvalRound(round_id, label, ids, self.cfg.n, self.cfg.ks, keep=self.cfg.keep_completions)
         started = time.monotonic()
         for i, spec in enumerate(self.prompts):
             task = spec.to_task(
@@ -99,5 +117,6 @@ class Evaluator:
         with anyio.move_on_after(timeout_s):
             await self.current.complete.wait()
         result = self.current.result(seconds=time.monotonic() - started, step=step)
+        self.last_kept = self.current.kept
         self.current = None
         return result

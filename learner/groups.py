@@ -8,8 +8,9 @@ the sum of the drop counters:
 
 - ``duplicate``: the same sample id seen again (a redelivery); not a loss.
 - ``stale``: ``current_version - sample.policy_version > max_staleness``.
-- ``verify_failed``: the verifier timed out or its sandbox failed; the
-  reward is not a real one. The group's other samples are kept if at least
+- ``verify_failed``: the verifier timed out, its sandbox failed, or it failed
+  itself (outcome ``error``: a reward function that raised or returned NaN);
+  the reward is not a real one. The group's other samples are kept if at least
   two remain (their advantages are still meaningful), else dropped too.
 - ``rejected``: the rollout rejected the prompt (too long).
 - ``invalid``: a value no step may use: a NaN or infinite reward, reward
@@ -37,6 +38,8 @@ import msgspec
 from rlvr.protocol import Scored
 from rlvr.protocol.validate import MessageInvalidError, check_scored
 
+# Verdict outcomes whose reward is not a real one: never trained on.
+VERIFY_FAILED = ("timeout", "sandbox_error", "error")
 DROP_REASONS = (
     "stale", "verify_failed", "rejected", "malformed", "invalid", "zero_variance", "partial", "duplicate",
 )
@@ -114,7 +117,7 @@ def filter_group(
             dropped.append((seq, sc, "rejected"))
         elif not comp.ids or len(comp.ids) != len(comp.logprobs) or not sc.sample.prompt_ids:
             dropped.append((seq, sc, "malformed"))
-        elif sc.verdict.outcome in ("timeout", "sandbox_error"):
+        elif sc.verdict.outcome in VERIFY_FAILED:
             dropped.append((seq, sc, "verify_failed"))
         elif current_version - sc.sample.policy_version > max_staleness:
             dropped.append((seq, sc, "stale"))

@@ -4,6 +4,7 @@ TensorBoard when it is installed, and attached to the step's span."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -36,6 +37,24 @@ class MetricsWriter:
         self._f.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, replaced whole (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=float))
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as JSON lines at ``path``, replaced whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row, default=float) + "\n")
+    os.replace(tmp, path)
 
 
 def batch_metrics(groups: list[list[Scored]], current_version: int) -> dict[str, float]:

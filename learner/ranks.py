@@ -25,7 +25,7 @@ runs on rank 0 alone); engine checkpoints are written by every rank, as
 DeepSpeed requires, so multi-node runs need the checkpoint directory on a
 shared file system.
 
-Not covered: launching the ranks (the launcher's job, see the README), and
+Not covered: launching the ranks (the launcher's job, see docs/deploy.md), and
 a follower stuck inside a DeepSpeed collective when rank 0 hangs mid-step
 (that wait is bounded by the default group's timeout, DEEPSPEED_TIMEOUT).
 """

@@ -25,6 +25,9 @@ class Heartbeat(Struct, frozen=True, tag="heartbeat", omit_defaults=True):
     # Point-in-time gauges (tokens/s, latency p50/p99, queue depths...).
     gauges: dict[str, float] = {}
     v: int = 1
+    # What this replica is warning about now, one line each (the learner's
+    # reward-signal alarms: flat rewards, a verifier that never parses); `status` prints them.
+    alerts: list[str] = []
 
 
 class Control(Struct, frozen=True, tag="control", omit_defaults=True):

@@ -6,15 +6,17 @@ tokens costs two msgpack arrays, not a map per token.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta, Struct
 
-from rlvr.protocol.tasks import SamplingParams, VerifierSpec
+from rlvr.protocol.tasks import ChatMessage, SamplingParams, VerifierSpec
 
 FinishReason = Literal["stop", "length", "abort", "rejected"]
-Outcome = Literal["ok", "wrong", "timeout", "sandbox_error", "parse_error"]
+# "error": the verifier itself failed (it raised, or returned no usable reward: NaN,
+# a string...); like a timeout or a sandbox failure, never read as a wrong answer.
+Outcome = Literal["ok", "wrong", "timeout", "sandbox_error", "parse_error", "error"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)  # every outcome, in report order
 
 
@@ -60,6 +62,10 @@ class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
     level: int | None = None
     timings: Timings = Timings()
     v: int = 1
+    # The task's prompt and record, for reward functions that read them (TRL's
+    # prompts and dataset columns, verl's data_source and extra_info).
+    prompt: str | list[ChatMessage] | None = None
+    record: dict[str, Any] = {}
 
     @property
     def sample_id(self) -> str:

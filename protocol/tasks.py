@@ -80,6 +80,9 @@ class Task(Struct, frozen=True, tag="task", omit_defaults=True):
     # Free-form difficulty for curricula ("level 3", pass-rate bucket...).
     level: int | None = None
     v: int = 1
+    # The dataset record's other fields (verl's data_source and extra_info, TRL's
+    # keyword columns), for reward functions; the rollout copies it into each Sample.
+    record: dict[str, Any] = {}
 
 
 def task_subject_id(task: Task) -> str:

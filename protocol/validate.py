@@ -136,21 +136,35 @@ def check_verifier_spec(spec: VerifierSpec, path: str = "verifier") -> None:
         _count(f"{path}.params.tests", len(tests), MAX_TESTS)
 
 
+def _check_prompt(prompt: str | list | None, path: str = "prompt") -> None:
+    if prompt is None:
+        return
+    if isinstance(prompt, str):
+        chars = len(prompt)
+    else:
+        _count(path, len(prompt), MAX_CHAT_MESSAGES)
+        chars = sum(len(m.content) for m in prompt)
+    if chars > MAX_TEXT_CHARS:
+        _fail(f"{path} is {chars} characters, more than {MAX_TEXT_CHARS}")
+
+
+def check_record(record: dict, path: str = "record") -> None:
+    """A dataset record travelling to reward functions: bounded nesting and count."""
+    if _depth(record, MAX_PARAMS_DEPTH) > MAX_PARAMS_DEPTH:
+        _fail(f"{path} nests deeper than {MAX_PARAMS_DEPTH} levels")
+    _count(path, len(record), MAX_COMPONENTS * 16)
+
+
 def check_task(task: Task) -> None:
     _id("run", task.run)
     _id("task_id", task.task_id)
     _id("dataset", task.dataset, empty_ok=True)
     if not 1 <= task.n <= MAX_GROUP_SIZE:
         _fail(f"n must be in [1, {MAX_GROUP_SIZE}], got {task.n}")
-    if isinstance(task.prompt, str):
-        chars = len(task.prompt)
-    else:
-        _count("prompt", len(task.prompt), MAX_CHAT_MESSAGES)
-        chars = sum(len(m.content) for m in task.prompt)
-    if chars > MAX_TEXT_CHARS:
-        _fail(f"prompt is {chars} characters, more than {MAX_TEXT_CHARS}")
+    _check_prompt(task.prompt)
     check_sampling(task.sampling)
     check_verifier_spec(task.verifier)
+    check_record(task.record)
     _finite("created_at", task.created_at, 0.0)
 
 
@@ -190,6 +204,8 @@ def check_sample(s: Sample) -> None:
         _fail(f"text is {len(s.text)} characters, more than {MAX_TEXT_CHARS}")
     check_verifier_spec(s.verifier)
     check_sampling(s.sampling)
+    _check_prompt(s.prompt)
+    check_record(s.record)
     if len(s.completion.ids) > s.sampling.max_tokens:
         _fail(f"completion has {len(s.completion.ids)} tokens, more than sampling.max_tokens={s.sampling.max_tokens}")
     t = s.timings

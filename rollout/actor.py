@@ -146,6 +146,8 @@ class RolloutActor:
                 dataset=task.dataset,
                 index=task.index,
                 level=task.level,
+                prompt=task.prompt,
+                record=task.record,
                 timings=Timings(
                     queued_s=max(0.0, picked_up - task.created_at),
                     generate_s=generate_s,

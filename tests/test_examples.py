@@ -16,7 +16,8 @@ import pytest
 from rlvr.cli.run_config import load_config
 from rlvr.learner.config import BuiltinDataset
 from rlvr.learner.datasets import fill_spec, load_splits, builtin_data_root
-from rlvr.verify.registry import resolve
+from rlvr.protocol import VerifierSpec
+from rlvr.verify.registry import load_plugins, resolve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONFIGS = sorted(EXAMPLES.glob("*.toml"))
@@ -40,14 +41,17 @@ def test_example_loads_and_validates(path):
     assert cfg.learn.engine.temperature == cfg.learn.sampling.temperature
     assert cfg.verify.sandbox.limits.wall_s < cfg.verify.timeout_s
     template = getattr(cfg.learn.dataset, "verifier", None)
-    if template is not None:
+    if isinstance(template, VerifierSpec):
         bound = resolve(fill_spec(template, gold="42", tests={"entry_point": "f", "asserts": ["assert f() == 1"]}))
         assert bound.name == template.name
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_example_dataset_builds_tasks_with_resolvable_verifiers(path):
+def test_example_dataset_builds_tasks_with_resolvable_verifiers(path, monkeypatch):
     cfg = load_config(path)
+    # An example's own plug-ins live beside it (examples/<name>/), importable as its README says.
+    monkeypatch.syspath_prepend(str(EXAMPLES / path.stem))
+    load_plugins(cfg.verify.plugins)
     ds = cfg.learn.dataset
     if isinstance(ds, BuiltinDataset):
         assert builtin_data_root(ds.root).is_dir(), "the builtin sets ship in the repository's data/"

@@ -23,7 +23,7 @@ import pytest
 from rlvr.cli.run_config import load_config
 from tests.conftest import REPO
 
-CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml", "smollm2_lora.toml"]
+CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml", "smollm2_lora.toml", "byo.toml"]
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,9 @@ def test_example_config_runs_a_few_steps(name, tiny, tmp_path):
     cfg.write_bytes(msgspec.json.encode(_shrink(REPO / "examples" / name, tiny)))
     run_dir = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if (REPO / "examples" / Path(name).stem).is_dir():  # the example's own plug-ins (byo: my_rewards.py)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "examples" / Path(name).stem),
+                                                          env.get("PYTHONPATH", "")]))
     out = subprocess.run(
         [sys.executable, "-m", "rlvr.cli", "up", "--config", str(cfg), "--run-dir", str(run_dir)],
         capture_output=True, text=True, env=env, timeout=600, cwd=REPO,

@@ -6,7 +6,9 @@ Run a verifier over labelled cases before training on it, through the same
 Input, one JSON object per line: ``id``, ``response`` (a full model response
 or a bare answer), ``gold`` (``tests`` for code), an optional ``label`` (true
 when the response is correct) and optional ``params`` (merged over the
-command's ``--params``). ``gold`` / ``tests`` go into the verifier's params;
+command's ``--params``); for reward functions that read more, optional
+``prompt``, ``record`` (TRL's columns, verl's ``data_source`` and
+``extra_info``) and ``dataset``. ``gold`` / ``tests`` go into the verifier's params;
 for ``composite`` into its first (accuracy) part.
 
 Output, one line per case in input order: ``id, reward, outcome, extracted,
@@ -32,8 +34,8 @@ import msgspec
 from msgspec import Struct
 
 from rlvr.actors.meters import quantile
-from rlvr.protocol.tasks import VerifierSpec
-from rlvr.verify.registry import VerifierSpecError, VerifyContext, get
+from rlvr.protocol.tasks import ChatMessage, VerifierSpec
+from rlvr.verify.registry import VerifierSpecError, VerifyContext, get, import_paths, load_plugins
 
 SPEC_ERROR = "spec_error"
 
@@ -45,6 +47,18 @@ class AuditCase(Struct, frozen=True):
     tests: Any = None
     label: bool | None = None
     params: dict[str, Any] = {}
+    # What a reward function may read besides the gold (VerifyContext): the prompt (text
+    # or [{role, content}] messages) and the record's other fields (TRL's columns,
+    # verl's data_source and extra_info).
+    prompt: str | list[dict[str, str]] | None = None
+    record: dict[str, Any] = {}
+    dataset: str = ""
+
+    def context(self) -> VerifyContext:
+        prompt = self.prompt
+        if isinstance(prompt, list):
+            prompt = [ChatMessage(m["role"], m["content"]) for m in prompt]  # type: ignore[arg-type]
+        return VerifyContext(prompt=prompt, record=self.record, dataset=self.dataset)
 
 
 class AuditRow(Struct, frozen=True, omit_defaults=True):
@@ -124,7 +138,7 @@ async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase],
     async def one(i: int, case: AuditCase, pool: VerifierPool, limit: anyio.Semaphore) -> None:
         async with limit:
             try:
-                v = await pool.verify(case_spec(verifier, case, params), case.response, VerifyContext())
+                v = await pool.verify(case_spec(verifier, case, params), case.response, case.context())
             except VerifierSpecError as e:
                 rows[i] = AuditRow(str(case.id), 0.0, SPEC_ERROR, None, 0.0, detail=str(e))
                 return
@@ -132,9 +146,8 @@ async def _run(pool_args: dict[str, Any], verifier: str, cases: list[AuditCase],
                 str(case.id), v.reward, v.outcome, v.extracted, v.latency_s * 1000, v.detail, route_of(v.detail)
             )
 
-    # An import path on the command line is the operator's own choice: load it as a plug-in.
-    plugins = (verifier,) if ":" in verifier else ()
-    async with VerifierPool(warm=warm, plugins=plugins, **pool_args) as pool:
+    # Plug-ins loaded by run_audit reach the workers too (the pool forwards what this process loaded).
+    async with VerifierPool(warm=warm, **pool_args) as pool:
         # Twice the pool size in flight keeps every worker busy without
         # queueing the whole file in memory at once.
         limit = anyio.Semaphore(2 * pool.size)
@@ -198,9 +211,14 @@ def run_audit(
     timeout_s: float = 30.0,
     params: dict[str, Any] | None = None,
 ) -> AuditSummary:
-    """Verify every case of ``input_path``, write ``output_path``, return the summary."""
-    get(verifier)  # an unknown verifier fails here, not once per case
+    """Verify every case of ``input_path``, write ``output_path``, return the summary.
+
+    A ``"package.module:ATTR"`` verifier (or composite part) is the operator's
+    own choice on the command line: it is loaded as a plug-in here, and in the
+    pool's workers, as ``[verify] plugins`` would load it in a run."""
     cases = read_cases(Path(input_path))
+    load_plugins(import_paths(VerifierSpec(verifier, params or {})))  # VerifierPluginError names a bad one
+    get(verifier)  # an unknown verifier fails here, not once per case
     pool_args = {"size": pool_size, "timeout_s": timeout_s}
     rows, elapsed = anyio.run(_run, pool_args, verifier, cases, params)
     encoder = msgspec.json.Encoder()

@@ -2,8 +2,8 @@
 
 Parameters list the parts as ``{name, params, weight, component}``. The first
 part is the *accuracy* part: its outcome and extracted answer become the
-composite's, unless some part timed out or hit a sandbox error, which then
-wins (an infrastructure failure must never read as a plain wrong answer).
+composite's, unless some part timed out, hit a sandbox error or failed itself
+(``error``), which then wins (an infrastructure failure must never read as a plain wrong answer).
 Default weights follow DAPO-style practice: 1.0 for the accuracy part, 0.2
 for a ``format`` part, 1.0 for anything else. With ``overlong`` set, DAPO's
 soft length penalty is added as the component ``overlong``.
@@ -26,7 +26,7 @@ from rlvr.verify.shaping import OverlongParams, overlong_penalty
 
 _DEFAULT_WEIGHTS = {"format": 0.2}
 # Outcomes that override the accuracy part's, most severe first.
-_FAILURES = ("sandbox_error", "timeout")
+_FAILURES = ("sandbox_error", "timeout", "error")
 
 
 class CompositePart(Struct, frozen=True, forbid_unknown_fields=True):

@@ -6,7 +6,7 @@ verifiers use. Which verifier scores a task and with which parameters is not
 config: it travels in each task's ``VerifierSpec``, and names a built-in or
 one of the ``plugins`` listed here (never an arbitrary import path).
 
-The comment above each field is its documentation (the README's option
+The comment above each field is its documentation (docs/config.md, the option
 table is generated from these comments).
 """
 

@@ -6,9 +6,10 @@ an idle worker process and waits at most ``timeout_s`` of wall-clock time:
 - past the deadline the worker's whole process group is SIGKILLed and a
   fresh worker replaces it; the result is ``Verdict(outcome="timeout",
   reward=timeout_reward)``;
-- a worker that dies (segfault, ``os._exit``) or whose verifier raises
-  (``MemoryError``, a bug) gives ``outcome="sandbox_error"``; a dead or
-  MemoryError-struck worker is replaced.
+- a worker that dies (segfault, ``os._exit``) gives ``outcome="sandbox_error"``;
+  a verifier that raises (``MemoryError``, a bug, a user's reward function
+  that fails) gives ``outcome="error"`` with the exception in ``detail``; a
+  dead or MemoryError-struck worker is replaced.
 Neither is ever reported as ``wrong``. At most ``size`` verifications run at
 once, and the pool returns to full size after every kill.
 
@@ -413,7 +414,7 @@ class VerifierPool:
                     reply = WorkerReply(error=f"an invalid Verdict: {e}")
                 worker.calls += 1
                 if reply.verdict is None:
-                    verdict = self._error(call.name, elapsed, f"verifier raised {reply.error}")
+                    verdict = self._error(call.name, elapsed, f"verifier raised {reply.error}", outcome="error")
                 else:
                     verdict = msgspec.structs.replace(reply.verdict, verifier=call.name, latency_s=elapsed)
                 self._finish(call, verdict, elapsed)
@@ -441,10 +442,8 @@ class VerifierPool:
         self._outcomes[verdict.outcome] += 1
         self._latencies.append(elapsed)
 
-    def _error(self, name: str, elapsed: float, detail: str) -> Verdict:
-        return Verdict(
-            reward=self.error_reward, outcome="sandbox_error", verifier=name, latency_s=elapsed, detail=detail
-        )
+    def _error(self, name: str, elapsed: float, detail: str, outcome: str = "sandbox_error") -> Verdict:
+        return Verdict(reward=self.error_reward, outcome=outcome, verifier=name, latency_s=elapsed, detail=detail)
 
     # -- metrics
 

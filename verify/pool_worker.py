@@ -108,10 +108,11 @@ def worker_main() -> None:
             __import__(module)
         except Exception as e:  # noqa: BLE001 - reported, the worker still serves
             problems.append(f"preload of {module!r} failed: {type(e).__name__}: {e}")
-    try:
-        load_plugins(init.plugins)
-    except VerifierPluginError as e:  # the parent loaded them already; reported, not fatal
-        problems.append(str(e))
+    for plugin in init.plugins:  # one by one: a plug-in that fails here must not hide the others
+        try:
+            load_plugins([plugin])
+        except VerifierPluginError as e:  # the parent loaded them already; reported, not fatal
+            problems.append(str(e))
     problems += warm_up(init.warm)
     for problem in problems:
         print(f"rlvr verifier worker {os.getpid()}: {problem}", file=sys.stderr, flush=True)

@@ -10,14 +10,15 @@ Names are looked up in two places, in order:
 - verifiers registered in this process: with ``register`` (tests), or as
   plug-ins by ``load_plugins`` (the ``[verify] plugins`` list, imported once
   at start-up, in the actor and in each pool worker);
-- the built-ins (exact, regex, format, composite, math, code), imported
-  lazily so that resolving ``exact`` never imports sympy.
+- the built-ins (exact, regex, format, composite, math, code, reasoning_gym),
+  imported lazily so that resolving ``exact`` never imports sympy.
 
 A message never makes this process import anything: a name that is neither
 (``"unittest.__main__:x"``, a module planted in the working directory) is a
 ``VerifierSpecError``, and the actor dead-letters the message with its reason.
-Only ``Verifier`` objects are accepted as plug-ins, so a config cannot name an
-arbitrary function either.
+A plug-in is a ``Verifier`` object, or a reward function with verl's or TRL's
+signature (``rlvr.verify.reward_fns`` wraps it); a config cannot name any
+other callable.
 
 This module does not run anything in another process or under a timeout:
 that is ``rlvr.verify.pool``. Calling a ``BoundVerifier`` runs it right here.
@@ -35,7 +36,7 @@ import msgspec
 from msgspec import Struct
 
 from rlvr.protocol.samples import Sample, Verdict
-from rlvr.protocol.tasks import VerifierSpec
+from rlvr.protocol.tasks import ChatMessage, VerifierSpec
 from rlvr.verify.config import SandboxConfig
 
 P = TypeVar("P", bound=Struct)
@@ -73,6 +74,14 @@ class VerifyContext(Struct, frozen=True, omit_defaults=True):
     # Wall-clock seconds the pool allows this verification (set by the pool),
     # so a verifier with its own deadlines (the code sandbox) can stay inside it.
     budget_s: float | None = None
+    # The task's prompt: its text, or its chat messages.
+    prompt: str | list[ChatMessage] | None = None
+    # The dataset record's other fields (verl's data_source, extra_info; TRL's columns).
+    record: dict[str, Any] = {}
+    # The dataset the task came from (its name or file stem).
+    dataset: str = ""
+    # The completion's token ids (TRL's completion_ids).
+    completion_ids: list[int] = []
 
 
 def context_for_sample(sample: Sample, sandbox: SandboxConfig | None = None) -> VerifyContext:
@@ -82,6 +91,10 @@ def context_for_sample(sample: Sample, sandbox: SandboxConfig | None = None) -> 
         finish_reason=sample.finish_reason,
         max_tokens=sample.sampling.max_tokens,
         sandbox=sandbox if sandbox is not None else SandboxConfig(),
+        prompt=sample.prompt,
+        record=sample.record,
+        dataset=sample.dataset,
+        completion_ids=sample.completion.ids,
     )
 
 
@@ -185,12 +198,19 @@ def _load_code() -> Verifier:
     return Verifier("code", CodeParams, fn)
 
 
+def _load_reasoning_gym() -> Verifier:
+    from rlvr.verify.rgym import REASONING_GYM
+
+    return REASONING_GYM
+
+
 _BUILTINS: dict[str, Callable[[], Verifier]] = {
     "code": _load_code,
     "composite": _load_composite,
     "exact": _load_exact,
     "format": _load_format,
     "math": _load_math,
+    "reasoning_gym": _load_reasoning_gym,
     "regex": _load_regex,
 }
 
@@ -220,6 +240,19 @@ def load_plugins(paths: tuple[str, ...] | list[str]) -> list[Verifier]:
             _plugins[path] = _import_verifier(path)
         out.append(_plugins[path])
     return out
+
+
+def import_paths(spec: VerifierSpec) -> list[str]:
+    """The ``"package.module:ATTR"`` names ``spec`` uses (its own, a composite's parts').
+
+    For commands whose operator names a verifier on the command line or in a
+    data file (``audit``, ``eval``): they may load these as plug-ins. A role
+    never calls this on a message: its plug-ins come from its own config."""
+    names = [spec.name]
+    parts = spec.params.get("parts") if spec.name == "composite" else None
+    if isinstance(parts, list):
+        names += [p.get("name") for p in parts if isinstance(p, dict)]
+    return sorted({n for n in names if isinstance(n, str) and ":" in n})
 
 
 def plugins() -> list[str]:
@@ -268,10 +301,11 @@ def _import_verifier(path: str) -> Verifier:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise VerifierPluginError(f"plug-in {path!r}: cannot import {module_name!r}: {e}") from None
-    obj = getattr(module, attr, None)
-    if not isinstance(obj, Verifier):
-        raise VerifierPluginError(f"plug-in {path!r} is not a Verifier object")
-    return obj
+    if not hasattr(module, attr):
+        raise VerifierPluginError(f"plug-in {path!r}: module {module_name!r} has no attribute {attr!r}")
+    from rlvr.verify.reward_fns import adapt  # verl- and TRL-style functions become Verifiers
+
+    return adapt(getattr(module, attr), path)
 
 
 def resolve(spec: VerifierSpec) -> BoundVerifier:
@@ -317,6 +351,7 @@ __all__ = [
     "VerifyContext",
     "context_for_sample",
     "get",
+    "import_paths",
     "known",
     "load_plugins",
     "plugins",

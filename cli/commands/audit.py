@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: Args) -> int:
     """Run the audit ``args`` describe; the exit code (0 ok, 1 over a threshold, 2 bad input)."""
     from rlvr.verify.audit import format_summary, run_audit
-    from rlvr.verify.registry import VerifierUnavailableError
+    from rlvr.verify.registry import VerifierPluginError, VerifierSpecError, VerifierUnavailableError
 
     try:
         params = json.loads(args.params) if args.params else None
@@ -52,7 +52,8 @@ def run(args: Args) -> int:
         summary = run_audit(
             args.verifier, args.input, args.output, pool_size=args.pool_size, timeout_s=args.timeout_s, params=params
         )
-    except (ValueError, OSError, VerifierUnavailableError) as e:  # bad JSON, unreadable file, unknown verifier
+    except (ValueError, OSError, VerifierUnavailableError, VerifierPluginError, VerifierSpecError) as e:
+        # bad JSON, an unreadable file, an unknown verifier, a plug-in that does not import
         print(f"audit: {e}", file=sys.stderr)
         return 2
     print(msgspec.json.encode(summary).decode() if args.json else format_summary(summary))

@@ -58,8 +58,8 @@ class Args(msgspec.Struct, frozen=True, kw_only=True):
     device: str = "cpu"
     max_model_len: int | None = None
     kv_cache_gib: float | None = None
-    prompt_field: str = "prompt"
-    answer_field: str = "answer"
+    prompt_field: str | None = None
+    answer_field: str | None = None
     tests_field: str = ""
     verifier: str = "math"
     split: Literal["train", "test"] = "test"
@@ -67,6 +67,9 @@ class Args(msgspec.Struct, frozen=True, kw_only=True):
     pool_size: int = 2
     timeout_s: float = 30.0
     output: str | None = None
+    keep_completions: int = 64
+    prompt_style: Literal["bare", "chat"] = "bare"
+    system_prompt: str = ""
 
 
 class CheckpointNotFoundError(FileNotFoundError):
@@ -113,7 +116,8 @@ def load_eval_prompts(args: Args) -> tuple[str, list[Any]]:
     if args.data == "arithmetic":
         name, specs = "arithmetic", load_splits(ArithmeticDataset(), seed=args.seed).heldout
     elif args.data in BUILTIN_NAMES:
-        cfg = BuiltinDataset(name=args.data, split=args.split, root=args.data_root)
+        cfg = BuiltinDataset(name=args.data, split=args.split, root=args.data_root, prompt_style=args.prompt_style,
+                             system_prompt=args.system_prompt)
         name, specs = args.data, load_splits(cfg, seed=args.seed).train  # holdout 0: every record
     else:
         cfg = JsonlDataset(
@@ -122,6 +126,8 @@ def load_eval_prompts(args: Args) -> tuple[str, list[Any]]:
             answer_field=args.answer_field,
             verifier=args.verifier,
             tests_field=args.tests_field,
+            prompt_style=args.prompt_style,
+            system_prompt=args.system_prompt,
         )
         name, specs = _stem(args.data), load_splits(cfg, seed=args.seed).train
     return name, specs[: args.limit] if args.limit else specs
@@ -219,8 +225,9 @@ def eval_report(
 # --- generation and verification -----------------------------------------------------
 
 
-async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency: int = 32):
-    """(correct count per prompt, outcome counts, every reward) for ``specs``."""
+async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency: int = 32, keep: int = 0):
+    """(correct count per prompt, outcome counts, every reward, up to ``keep`` completions
+    with their prompts and verdicts) for ``specs``."""
     import anyio
     import msgspec
 
@@ -230,16 +237,24 @@ async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency
     correct = [0] * len(specs)
     outcomes: Counter = Counter()
     rewards: list[float] = []
+    kept: list[dict] = []
     limiter = anyio.CapacityLimiter(concurrency)
 
     async def verify(i: int, spec, gen) -> None:
         ctx = VerifyContext(
-            completion_tokens=len(gen.ids), finish_reason=gen.finish_reason, max_tokens=sampling.max_tokens
+            completion_tokens=len(gen.ids), finish_reason=gen.finish_reason, max_tokens=sampling.max_tokens,
+            prompt=spec.prompt, record=spec.record, dataset=spec.dataset, completion_ids=list(gen.ids),
         )
         verdict = await pool.verify(spec.verifier, gen.text, ctx)
         outcomes[verdict.outcome] += 1
         rewards.append(verdict.reward)
         correct[i] += verdict.outcome == "ok"
+        if len(kept) < keep:
+            prompt = spec.prompt if isinstance(spec.prompt, str) else [[m.role, m.content] for m in spec.prompt]
+            kept.append({"index": spec.index, "dataset": spec.dataset, "prompt": prompt, "completion": gen.text,
+                         "finish_reason": gen.finish_reason, "reward": verdict.reward, "outcome": verdict.outcome,
+                         "extracted": verdict.extracted, "detail": verdict.detail,
+                         "components": verdict.components})
 
     async def one(i: int, spec) -> None:
         async with limiter:
@@ -258,7 +273,7 @@ async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency
     async with anyio.create_task_group() as tg:
         for i, spec in enumerate(specs):
             tg.start_soon(one, i, spec)
-    return correct, outcomes, rewards
+    return correct, outcomes, rewards, kept
 
 
 async def _evaluate(engine_cfg, specs: list, n: int, sampling, args: Args):
@@ -270,7 +285,7 @@ async def _evaluate(engine_cfg, specs: list, n: int, sampling, args: Args):
     await engine.start()
     try:
         async with VerifierPool(args.pool_size, args.timeout_s, warm=names) as pool:
-            return await score_prompts(engine, pool, specs, n, sampling)
+            return await score_prompts(engine, pool, specs, n, sampling, keep=args.keep_completions)
     finally:
         await engine.close()
 
@@ -311,8 +326,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vllm context length (default: the model's, at most 32768)")
     parser.add_argument("--kv-cache-gib", type=float, default=None,
                         help="vllm KV cache size in GiB (default: 1 on CPU, vllm's own sizing on GPU)")
-    parser.add_argument("--prompt-field", default="prompt", help="FILE: the prompt column (default prompt)")
-    parser.add_argument("--answer-field", default="answer", help="FILE: the gold-answer column (default answer)")
+    parser.add_argument("--prompt-field", default=None, help="FILE: the prompt field, dotted paths allowed "
+                        "(default prompt)")
+    parser.add_argument("--answer-field", default=None, help="FILE: the gold-answer field (default answer; in "
+                        "verl's layout, detected, reward_model.ground_truth)")
     parser.add_argument("--tests-field", default="", help="FILE: a tests column (code) instead of an answer")
     parser.add_argument("--verifier", default="math", help="FILE: verifier name (default math)")
     parser.add_argument("--split", choices=("train", "test"), default="test", help="gsm8k split (default test)")
@@ -320,6 +337,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool-size", type=int, default=2, help="verifier worker processes (default 2)")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="hard timeout per verification (default 30)")
     parser.add_argument("--output", default=None, help="report path (default <checkpoint>/eval-<data>.json)")
+    parser.add_argument("--keep-completions", type=int, default=64,
+                        help="completions kept with their prompts and verdicts in <report>.completions.jsonl "
+                        "(default 64; 0 = none)")
+    parser.add_argument("--prompt-style", choices=("bare", "chat"), default="bare",
+                        help="a string prompt as it is, or as one user message through the chat template "
+                        "(a prompt that is a list of messages is always chat)")
+    parser.add_argument("--system-prompt", default="", help="a system message before every chat prompt")
 
 
 def parse_ks(text: str, n: int | None) -> tuple[list[int], int]:
@@ -342,7 +366,9 @@ def run(args: Args) -> int:
 
     from rlvr.learner.datasets import DatasetError
     from rlvr.protocol.tasks import SamplingParams
-    from rlvr.verify.registry import VerifierSpecError, VerifierUnavailableError, resolve
+    from rlvr.verify.registry import (
+        VerifierPluginError, VerifierSpecError, VerifierUnavailableError, import_paths, load_plugins, resolve,
+    )
 
     started = time.monotonic()
     try:
@@ -351,13 +377,16 @@ def run(args: Args) -> int:
         data_name, specs = load_eval_prompts(args)
         if not specs:
             raise EvalArgumentsInvalidError(f"{args.data} has no prompts to evaluate")
+        # A "package.module:ATTR" verifier named by the operator's data or flags is loaded as a plug-in
+        # (here and, through the pool, in its workers), as [verify] plugins loads it in a run.
+        load_plugins(sorted({path for spec in specs for path in import_paths(spec.verifier)}))
         for spec in specs:  # a bad verifier name or parameter fails here, before any generation
             resolve(spec.verifier)
         max_tokens = args.max_tokens or (ARITHMETIC_MAX_TOKENS if args.data == "arithmetic" else DEFAULT_MAX_TOKENS)
         engine_cfg = build_engine_config(args, model, max_tokens)
         sampling = SamplingParams(temperature=args.temperature, max_tokens=max_tokens, seed=args.seed)
-        correct, outcomes, rewards = anyio.run(_evaluate, engine_cfg, specs, n, sampling, args)
-    except (EvalArgumentsInvalidError, CheckpointNotFoundError, DatasetError, VerifierSpecError,
+        correct, outcomes, rewards, kept = anyio.run(_evaluate, engine_cfg, specs, n, sampling, args)
+    except (EvalArgumentsInvalidError, CheckpointNotFoundError, DatasetError, VerifierSpecError, VerifierPluginError,
             VerifierUnavailableError) as e:
         print(f"eval: {e}", file=sys.stderr)
         return 2
@@ -372,6 +401,10 @@ def run(args: Args) -> int:
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out)
+    if kept:
+        completions = out.with_name(f"{out.stem}.completions.jsonl")
+        completions.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        print(f"completions: {completions} ({len(kept)}, with their verdicts)")
     figures = "  ".join(f"pass@{k} {v:.3f}" for k, v in report["pass_at_k"].items())
     shown = ", ".join(f"{o} {c}" for o, c in report["outcomes"].items() if c)
     print(f"{figures}  ({len(correct)} prompts x {n}; {shown}; {report['seconds']:.1f}s, {report['engine']})")

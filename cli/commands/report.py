@@ -66,6 +66,9 @@ class MetricsMissingError(FileNotFoundError):
 class RunMetrics:
     steps: list[dict[str, Any]]  # one per step, sorted by step
     evals: list[dict[str, Any]]  # in the order they were written
+    progress: list[dict[str, Any]] = ()  # type: ignore[assignment]  # "progress" records (no step came for a while)
+    alarms: list[dict[str, Any]] = ()  # type: ignore[assignment]  # reward-signal alarms, as raised
+    progress_after_last_step: bool = False  # the last progress record came after the last step record
 
 
 def read_metrics(run_dir: Path) -> RunMetrics:
@@ -75,6 +78,9 @@ def read_metrics(run_dir: Path) -> RunMetrics:
         raise MetricsMissingError(f"{path} does not exist")
     by_step: dict[int, dict] = {}
     evals: list[dict] = []
+    progress: list[dict] = []
+    alarms: list[dict] = []
+    after = False
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
@@ -84,11 +90,18 @@ def read_metrics(run_dir: Path) -> RunMetrics:
             continue
         if not isinstance(rec, dict):
             continue
-        if rec.get("event") == "eval":
+        event = rec.get("event")
+        if event == "eval":
             evals.append(rec)
-        elif isinstance(rec.get("step"), (int, float)):
+        elif event == "progress":
+            progress.append(rec)
+            after = True
+        elif event == "alarm":
+            alarms.append(rec)
+        elif event is None and isinstance(rec.get("step"), (int, float)):
             by_step[int(rec["step"])] = rec
-    return RunMetrics([by_step[s] for s in sorted(by_step)], evals)
+            after = False
+    return RunMetrics([by_step[s] for s in sorted(by_step)], evals, progress, alarms, after)
 
 
 def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -201,9 +214,9 @@ def summarize(run_dir: Path) -> dict:
     computed = _from_metrics(metrics)
     # The learner's own end-of-run counts of drops and outcomes (learner_summary.json,
     # copied here by `up`) also cover groups received after the last step; keep them.
-    for key in ("drops", "verifier_outcomes"):
+    for key in ("drops", "verifier_outcomes", "samples"):
         if isinstance(summary.get(key), dict):
-            computed.pop(key)
+            computed.pop(key, None)
     summary.update(computed)
     path.write_text(json.dumps(summary, indent=2))
     return summary
@@ -211,6 +224,9 @@ def summarize(run_dir: Path) -> dict:
 
 def _from_metrics(m: RunMetrics) -> dict:
     steps, last = m.steps, (m.steps[-1] if m.steps else {})
+    # Run totals (drops, outcomes, the samples' accounting) from the latest record that
+    # has them: a progress record is written while no step comes (a run that drops everything).
+    totals = m.progress[-1] if m.progress and (not steps or m.progress_after_last_step) else last
     before = next((e for e in m.evals if e.get("label") == "before"), {})
     after = next((e for e in reversed(m.evals) if e.get("label") == "after"), {})
     out: dict = {
@@ -224,12 +240,14 @@ def _from_metrics(m: RunMetrics) -> dict:
         "reward_first": steps[0].get("reward_mean") if steps else None,
         "reward_last": last.get("reward_mean"),
         # drop_<reason> in a step record is the run's running total of samples.
-        "drops": {k[len("drop_"):]: int(v) for k, v in last.items() if k.startswith("drop_") and v},
+        "drops": {k[len("drop_"):]: int(v) for k, v in totals.items() if k.startswith("drop_") and v},
         "zero_variance_share": last.get("zero_variance_share"),
         "pass_rate": {k[len("pass_rate_"):]: v for k, v in last.items() if k.startswith("pass_rate_")},
         # outcome_<name> in a step record is the run's running total of training samples.
-        "verifier_outcomes": {k[len("outcome_"):]: int(v) for k, v in last.items() if k.startswith("outcome_")},
+        "verifier_outcomes": {k[len("outcome_"):]: int(v) for k, v in totals.items() if k.startswith("outcome_")},
     }
+    if "scored" in totals:
+        out["samples"] = {k: int(totals[k]) for k in ("scored", "trained", "dropped", "in_flight", "copies") if k in totals}
     for key, name, fn in (("staleness_mean", "staleness_mean", statistics.fmean),
                           ("staleness_max", "staleness_max", max),
                           ("tokens_per_s", "tokens_per_s_mean", statistics.fmean),
@@ -268,7 +286,9 @@ def format_report(s: dict) -> str:
         ("verifier outcomes",
          ", ".join(f"{k}={v}" for k, v in (s.get("verifier_outcomes") or {}).items()) or "n/a"),
         ("steps / samples trained", f"{s.get('steps', 'n/a')} / {s.get('samples_trained', 'n/a')}"),
-        ("drops (samples)", ", ".join(f"{k}={v}" for k, v in sorted((s.get("drops") or {}).items())) or "none"),
+        ("samples scored", _accounting(s.get("samples"))),
+        ("drops (samples)", ", ".join(f"{k}={v}" for k, v in sorted((s.get("drops") or {}).items()) if v)
+         or ("none" if s.get("samples") else "n/a")),
         ("zero-variance share", pct(s.get("zero_variance_share"))),
         ("staleness mean / max", f"{num(s.get('staleness_mean'), '{:.2f}')} / {num(s.get('staleness_max'), '{:.0f}')}"),
         ("throughput", f"{num(s.get('tokens_per_s_mean'), '{:.0f}')} tokens/s (learner, mean)"),
@@ -278,8 +298,16 @@ def format_report(s: dict) -> str:
     for key, label in (("engine", "engine"), ("wall_seconds", "wall seconds")):
         if key in s:
             rows.append((label, str(s[key])))
+    rows += [("ALARM", alarm) for alarm in s.get("alarms") or []]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _accounting(samples: dict | None) -> str:
+    if not samples:
+        return "n/a"
+    return (f"{samples.get('scored', 0)}: trained {samples.get('trained', 0)}, dropped {samples.get('dropped', 0)}, "
+            f"in flight {samples.get('in_flight', 0)}")
 
 
 DESCRIPTION = "Regenerate plots and summary.json from a run's metrics.jsonl."

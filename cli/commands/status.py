@@ -49,6 +49,7 @@ class ReplicaStatus(msgspec.Struct, frozen=True):
     in_flight: int
     gauges: dict[str, float]
     counters: dict[str, float]
+    alerts: list[str] = []  # what the replica warns about now (the learner's reward-signal alarms)
 
 
 class StreamStatus(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -159,7 +160,7 @@ async def collect_status(run: str, nats_cfg: NatsConfig, wait_s: float) -> Statu
             policy_version=version,
             replicas=[
                 ReplicaStatus(hb.role, hb.replica, hb.state, round(now - hb.sent_at, 1), hb.policy_version,
-                              hb.in_flight, dict(hb.gauges), dict(hb.counters))
+                              hb.in_flight, dict(hb.gauges), dict(hb.counters), list(hb.alerts))
                 for hb in sorted(beats.values(), key=lambda h: (h.role, h.replica))
             ],
             streams=streams,
@@ -243,6 +244,7 @@ def format_status(st: StatusSnapshot) -> str:
             lines.append(f"    {faults}")
         if sandbox := sandbox_summary(r.gauges):
             lines.append(f"    {sandbox}")
+        lines += [f"    ALARM: {alert}" for alert in r.alerts]
     lines += ["", "streams:"]
     lines += [f"  {k:<9} {_fields(v)}" for k, v in st.streams.items()]
     lines += ["", "consumers:"]

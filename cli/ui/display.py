@@ -66,6 +66,18 @@ class LogsDisplay(PlainDisplay):
 
 
 def format_record(rec: dict) -> str:
+    if rec.get("event") == "alarm":
+        lines = [f"[alarm] {rec.get('message', '')}"]
+        for ex in rec.get("examples", []):
+            lines.append(f"  {ex.get('outcome')} reward {ex.get('reward')}: {ex.get('completion', '')!r}"
+                         f" -> extracted {ex.get('extracted')!r} ({ex.get('detail', '')})")
+        return "\n".join(lines)
+    if rec.get("event") == "progress":
+        drops = "  ".join(f"{k.removeprefix('drop_')}={int(v)}" for k, v in sorted(rec.items())
+                          if k.startswith("drop_") and v)
+        return (f"[waiting] no step for {rec.get('seconds_since_step', 0):.0f}s: {rec.get('groups_seen', 0)} groups "
+                f"scored, {rec.get('groups_kept', 0)} kept; samples scored {rec.get('scored', 0)}, trained "
+                f"{rec.get('trained', 0)}, in flight {rec.get('in_flight', 0)}; dropped: {drops or 'none'}")
     if rec.get("event") == "eval":
         ks = "  ".join(f"{k}={rec[k]:.3f}" for k in sorted(rec) if k.startswith("pass_at_"))
         return f"[eval {rec['label']}] step {rec.get('step', 0)}  {ks}  prompts={rec['prompts']} missing={rec['missing']}"

@@ -65,6 +65,8 @@ class LiveState:
     # (replica, role, process state) from the launcher's children.
     processes: list[tuple[str, str, str]] = field(default_factory=list)
     status: StatusSnapshot | None = None  # the last collect_status result
+    alarms: dict[str, str] = field(default_factory=dict)  # kind/verifier -> message, from metrics.jsonl
+    waiting: str = ""  # the last progress line while no step comes
     status_error: str = ""
 
     @property
@@ -80,6 +82,12 @@ class LiveState:
 
     def apply(self, rec: dict) -> None:
         """Fold one metrics.jsonl record in."""
+        if rec.get("event") == "alarm":
+            self.alarms[f"{rec.get('kind')}/{rec.get('verifier')}"] = str(rec.get("message", ""))
+            return
+        if rec.get("event") == "progress":
+            self.waiting = format_record(rec).removeprefix("[waiting] ")
+            return
         if rec.get("event") == "eval":
             self.eval_labels.add(str(rec.get("label", "")))
             if isinstance(rec.get("pass_at_1"), (int, float)):
@@ -90,6 +98,7 @@ class LiveState:
             return
         if isinstance(rec.get("step"), (int, float)):
             self.step = int(rec["step"])
+            self.waiting = ""
         self.policy_version = int(rec.get("policy_version", self.policy_version))
         if isinstance(rec.get("reward_mean"), (int, float)):
             self.reward = float(rec["reward_mean"])
@@ -186,6 +195,9 @@ def render_panel(s: LiveState, progress: Progress) -> Panel:
     parts = [progress, _headline(s), _replica_table(s), _queues(s)]
     if s.evaluating:
         parts.insert(2, Text(f"held-out evaluation {s.evaluating} ...", style="cyan"))
+    if s.waiting:
+        parts.append(Text(f"waiting: {s.waiting}", style="yellow"))
+    parts += [Text(f"ALARM {message}", style="bold red") for message in s.alarms.values()]
     return Panel(Group(*parts), title=Text(title), subtitle=Text(s.run_dir), title_align="left", subtitle_align="right")
 
 
@@ -315,6 +327,8 @@ class LiveDisplay:
         self._undrawn += records
         for rec in records:
             self.state.apply(rec)
+            if rec.get("event") == "alarm":  # said in full once, above the panel; the panel keeps a line
+                self.console.print(format_record(rec), style="bold red", highlight=False, markup=False)
         if children:
             self.state.processes = [
                 (c.replica, c.role, "running" if c.proc.poll() is None else f"exited {c.proc.returncode}")

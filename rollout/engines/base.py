@@ -139,7 +139,7 @@ class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     # than in a worker process of its own. With its own worker process, vLLM on CPU has
     # the core and the worker spin on a shared-memory queue: about a core of CPU for
     # nothing while generating, and 0.2 cores while idle. In process, the same tokens/s
-    # take 40% less CPU (README, "A real pretrained model learns"). Ignored when
+    # take 40% less CPU (docs/benchmarks.md, "A real pretrained model learns"). Ignored when
     # tensor_parallel_size > 1.
     worker_in_engine_process: bool = True
     extra: dict[str, Any] = {}  # passed through to vllm AsyncEngineArgs as keyword arguments

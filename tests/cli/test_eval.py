@@ -46,7 +46,7 @@ def test_report_turns_known_correct_counts_into_unbiased_pass_at_k():
     # pass@1 = mean(0/2, 1/2, 2/2); pass@2 = mean(0, 1, 1) (one right of two is enough)
     assert report["pass_at_k"] == {"1": pytest.approx(0.5), "2": pytest.approx(2 / 3)}
     # The timeout is incorrect for pass@k but counted on its own; every outcome is listed.
-    assert report["outcomes"] == {"ok": 3, "wrong": 2, "timeout": 1, "sandbox_error": 0, "parse_error": 0}
+    assert report["outcomes"] == {"ok": 3, "wrong": 2, "timeout": 1, "sandbox_error": 0, "parse_error": 0, "error": 0}
     assert report["per_prompt"] == [{"index": 7, "correct": 0}, {"index": 3, "correct": 1},
                                     {"index": 5, "correct": 2}]
     assert (report["prompts"], report["samples"], report["mean_reward"]) == (3, 6, 0.5)
@@ -147,10 +147,10 @@ def test_a_verification_timeout_counts_as_incorrect_and_is_reported_apart(tiny_m
         finally:
             await engine.close()
 
-    correct, outcomes, rewards = anyio.run(run)
+    correct, outcomes, rewards, kept = anyio.run(run)
     assert correct == [2, 0]
     assert outcomes == Counter(ok=2, timeout=2)
-    assert sorted(rewards) == [1.0] * 4
+    assert sorted(rewards) == [1.0] * 4 and kept == []  # none asked for
 
 
 def test_bad_input_exits_2_before_generating(tiny_model, tmp_path):

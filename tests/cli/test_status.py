@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rlvr.cli.commands.status import format_learner
+from rlvr.cli.commands.status import LearnerStatus, ProgressView, StreamStatus, format_learner, retention_gap
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
 
@@ -47,6 +47,14 @@ def test_status_names_the_lease_holder_dead_letters_and_sandbox_level(actors, na
 
 
 def test_a_retention_gap_is_shown_loudly():
-    line = format_learner({"lease": None, "progress": {"step": 3, "version": 3, "floor": 40}, "retention_gap": 5})
+    line = format_learner(LearnerStatus(progress=ProgressView(step=3, version=3, floor=40), retention_gap=5))
     assert "RETENTION GAP: up to 5 scored samples" in line and "floor 40" in line
-    assert "GAP" not in format_learner({"lease": None, "progress": None, "retention_gap": 0})
+    assert "GAP" not in format_learner(LearnerStatus())
+
+
+def test_the_retention_gap_is_scored_s_first_sequence_past_the_checkpointed_floor():
+    progress = ProgressView(step=3, version=3, floor=40)
+    assert retention_gap(progress, StreamStatus(messages=10, bytes=1, first_seq=45)) == 5
+    assert retention_gap(progress, StreamStatus(messages=10, bytes=1, first_seq=12)) == 0
+    assert retention_gap(None, StreamStatus(first_seq=45)) == 0  # no checkpoint yet
+    assert retention_gap(progress, StreamStatus(error="NotFoundError")) == 0

@@ -1,4 +1,5 @@
-"""The worker pool: hard timeouts kill and replace workers, crashes are sandbox_error, size is honoured.
+"""The worker pool: hard timeouts kill and replace workers, crashes are sandbox_error, a verifier that raises
+is an error, size is honoured.
 
 The test verifiers below are module-level ``Verifier`` objects, loaded as
 plug-ins by their import path ``"<this module>:NAME"`` (``run_with_pool``).
@@ -148,24 +149,24 @@ def test_dead_worker_is_a_sandbox_error_and_replaced(name, cause):
     assert (stats["workers_alive"], stats["worker_restarts"], stats["outcome_sandbox_error"]) == (2.0, 1.0, 1.0)
 
 
-def test_memory_error_is_a_sandbox_error_and_the_worker_recycled():
+def test_memory_error_is_an_error_and_the_worker_recycled():
     async def body(pool):
         v = await pool.verify(spec("OOM"), "x")
         await pool.wait_full()
         return v, pool.stats()
 
     v, stats = run_with_pool(body)
-    assert (v.outcome, v.detail) == ("sandbox_error", "verifier raised MemoryError: out of memory")
+    assert (v.outcome, v.detail) == ("error", "verifier raised MemoryError: out of memory")
     assert stats["worker_restarts"] == 1.0
 
 
-def test_verifier_exception_is_a_sandbox_error_and_the_worker_kept():
+def test_verifier_exception_is_an_error_and_the_worker_kept():
     async def body(pool):
         v = await pool.verify(spec("BUGGY"), "x")
         return v, pool.stats()
 
     v, stats = run_with_pool(body)
-    assert (v.outcome, v.reward) == ("sandbox_error", 0.0)
+    assert (v.outcome, v.reward) == ("error", 0.0)
     assert v.detail == "verifier raised ZeroDivisionError: division by zero"
     assert stats["worker_restarts"] == 0.0
 
