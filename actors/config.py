@@ -1,11 +1,11 @@
 """The config sections every role shares: the NATS connection, the bus, logs and traces.
 
 Every struct forbids unknown keys, so a typo is an error that names the key.
-Each component is handed only its own section (STYLE.md habit 7).
+Each component is handed only its own section, never the whole config.
 
 Not here: the whole-run ``Config`` that names each role's section. It lives in
-``rlvr.cli.run_config``, which only the entry layer (``cli``, ``roles``,
-``launcher``) imports, so that the runtime every role shares never imports a
+``rlvr.cli.run_config``, which only the entry layer (``rlvr.cli``) imports,
+so that the runtime every role shares never imports a
 role. The comments on each field are the option reference: ``rlvr-actor
 config-doc`` prints them (docs/config.md is that output).
 """

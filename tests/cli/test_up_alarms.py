@@ -50,7 +50,9 @@ def test_a_verifier_that_always_fails_to_parse_warns_within_a_minute_and_the_sum
         assert "verifier 'exact' outcomes: parse_error" in text
         assert "[alarm] verifier 'exact' fails on" in text  # the second alarm: it never parses
         assert "parse_error reward 0.0:" in text  # a completion it saw, quoted with its verdict
-        assert "[waiting] no step for" in text and "zero_variance=" in text  # the plain display keeps talking
+        # The plain display keeps talking while no step comes: what was scored, and why it was dropped.
+        wait_for(lambda: "[waiting] no step for" in out.read_text(), timeout_s=30, what="a progress line")
+        assert "zero_variance=" in out.read_text().split("[waiting] no step for", 1)[1]
         url = next(line.split("nats-server on ")[1].split()[0] for line in text.splitlines() if "nats-server on " in line)
         status = subprocess.run([sys.executable, "-m", "rlvr.cli", "status", "--nats", url, "--run", "skeleton",
                                  "--wait", "2.5"], capture_output=True, text=True, timeout=60)
