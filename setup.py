@@ -11,7 +11,7 @@ import os
 
 from setuptools import setup
 
-ROOTS = ("protocol", "actors", "rollout", "verify", "learner", "cli")
+ROOTS = ("protocol", "actors", "sandbox", "rollout", "verify", "learner", "cli")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -34,14 +34,14 @@ REPO = Path(__file__).resolve().parents[1]
 SLOW_MODULES = {
     "tests/test_builtin_example.py",
     "tests/test_examples_run.py",
-    "tests/actors/test_up.py",
+    "tests/cli/test_up.py",
     "tests/actors/test_verify_bus.py",
     "tests/actors/test_poison.py",
     "tests/learner/test_learner_bus.py",
     "tests/rollout/test_engine_vllm.py",
     "tests/rollout/test_rollout_bus.py",
     "tests/rollout/test_rollout_weights_bus.py",
-    "tests/verify/test_sandbox_hostile.py",
+    "tests/sandbox/test_sandbox_hostile.py",
     "tests/verify/test_code_humaneval.py",
 }
 # Fixtures that make any test using them end-to-end.

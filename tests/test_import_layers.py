@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO
 
-ROOTS = ("protocol", "actors", "rollout", "verify", "learner", "cli")
+ROOTS = ("protocol", "actors", "sandbox", "rollout", "verify", "learner", "cli")
 
 
 def _lint(root=REPO) -> subprocess.CompletedProcess:
@@ -29,6 +29,7 @@ def test_the_import_contracts_hold():
     ("learner/example/prepare.py", "from rlvr.cli.run_config import Config  # noqa"),
     ("actors/bus.py", "import rlvr.learner.ledger  # noqa"),
     ("verify/registry.py", "import rlvr.rollout.config  # noqa"),
+    ("sandbox/base.py", "import rlvr.verify.config  # noqa"),
     ("learner/trainer.py", "import rlvr.learner.example.greedy  # noqa"),
 ])
 def test_a_forbidden_import_breaks_a_contract(tmp_path, module, line):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-ROOTS = ("protocol", "actors", "rollout", "verify", "learner", "cli")
+ROOTS = ("protocol", "actors", "sandbox", "rollout", "verify", "learner", "cli")
 
 
 def test_every_package_folder_is_listed_by_setup():
@@ -48,3 +48,10 @@ def test_wheel_holds_only_the_rlvr_namespace(tmp_path):
 
 def test_installed_console_script_exists():
     assert (Path(sys.executable).parent / "rlvr-actor").exists()
+
+
+def test_every_module_the_suite_marks_slow_exists():
+    from tests.conftest import SLOW_MODULES
+
+    missing = sorted(m for m in SLOW_MODULES if not (REPO / m).is_file())
+    assert missing == [], f"moved or removed: mark their new paths slow in tests/conftest.py: {missing}"

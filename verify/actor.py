@@ -32,9 +32,9 @@ from rlvr.protocol.samples import sample_meaning
 from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import VerifierPool
-from rlvr.verify.sandbox.base import SandboxUnavailableError
-from rlvr.verify.sandbox.levels import choose_level
-from rlvr.verify.sandbox.levels import gauges as sandbox_gauges
+from rlvr.sandbox.base import SandboxUnavailableError
+from rlvr.sandbox.levels import choose_level
+from rlvr.sandbox.levels import gauges as sandbox_gauges
 from rlvr.verify.registry import VerifierSpecError, context_for_sample, load_plugins
 
 log = get_logger("rlvr.verify")

@@ -88,7 +88,7 @@ import msgspec
 
 from rlvr.protocol import Verdict
 from rlvr.verify import code_tests
-from rlvr.verify.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
+from rlvr.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
 
 _HERE = Path(__file__).resolve().parent
 _HARNESS = {

@@ -31,7 +31,7 @@ in its own session, talking length-prefixed msgpack over its stdin/stdout
 pipes (``rlvr.verify.pool_worker``).
 
 Not covered here: which verifier does what (``rlvr.verify.registry``), NATS
-(the verifier actor), sandboxing untrusted code (``rlvr.verify.sandbox``).
+(the verifier actor), sandboxing untrusted code (``rlvr.sandbox``).
 """
 
 from __future__ import annotations

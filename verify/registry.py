@@ -37,7 +37,7 @@ from msgspec import Struct
 
 from rlvr.protocol.samples import Sample, Verdict
 from rlvr.protocol.tasks import ChatMessage, VerifierSpec
-from rlvr.verify.config import SandboxConfig
+from rlvr.sandbox.config import SandboxConfig
 
 P = TypeVar("P", bound=Struct)
 
@@ -183,8 +183,8 @@ _sandboxes: dict[tuple, Any] = {}  # one sandbox per worker process and setting
 
 def _load_code() -> Verifier:
     from rlvr.verify.code import CodeParams, score_code
-    from rlvr.verify.sandbox import SandboxLimits
-    from rlvr.verify.sandbox.levels import sandbox_from_config
+    from rlvr.sandbox import SandboxLimits
+    from rlvr.sandbox.levels import sandbox_from_config
 
     def fn(completion: str, params: CodeParams, ctx: VerifyContext) -> Verdict:
         box = ctx.sandbox

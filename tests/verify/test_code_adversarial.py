@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from rlvr.verify.code import CodeParams, score_code
-from rlvr.verify.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
+from rlvr.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
 
 LIMITS = SandboxLimits(wall_s=3.0, cpu_s=3, memory_mb=256, processes=16, output_bytes=16384)
 PARAMS = msgspec.convert({"tests": {"entry_point": "solve", "asserts": ["assert solve() == 1", "assert solve() + 1 == 2"]}}, CodeParams)

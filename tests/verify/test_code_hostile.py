@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from rlvr.verify.code import CodeParams, score_code
-from rlvr.verify.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
+from rlvr.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
 from tests.verify.code_hostile_programs import (
     FAKER,
     FAKER_STDIN,

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from rlvr.verify.code import CodeParams, score_code
-from rlvr.verify.sandbox import SandboxLimits, make_sandbox
+from rlvr.sandbox import SandboxLimits, make_sandbox
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "humaneval" / "HumanEval.jsonl.gz"
 LIMITS = SandboxLimits(wall_s=20.0, cpu_s=20)

@@ -15,7 +15,7 @@ import pytest
 
 from rlvr.cli.main import main
 from rlvr.verify.code import CodeParams, score_code
-from rlvr.verify.sandbox import SandboxLimits, make_sandbox
+from rlvr.sandbox import SandboxLimits, make_sandbox
 
 CASES = Path(__file__).parent / "data" / "code_lcb_cases.jsonl"
 LIMITS = SandboxLimits(wall_s=10.0)

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from rlvr.verify.code import CodeParams, extract_program, score_code
-from rlvr.verify.sandbox import ExecutionResult, SandboxLimits, make_sandbox
+from rlvr.sandbox import ExecutionResult, SandboxLimits, make_sandbox
 
 LIMITS = SandboxLimits(wall_s=10.0)
 ADD = "```python\ndef add(a, b):\n    return a + b\n```"

@@ -14,7 +14,7 @@ import pytest
 from rlvr.verify import code_tests
 from rlvr.verify import code_wire as wire
 from rlvr.verify.code import CodeParams, score_code
-from rlvr.verify.sandbox import SandboxLimits, make_sandbox
+from rlvr.sandbox import SandboxLimits, make_sandbox
 
 
 def test_plain_values_round_trip_with_their_types():

@@ -24,7 +24,7 @@ def test_unknown_verifier_names_it_and_lists_the_known_ones():
     with pytest.raises(VerifierSpecError) as err:
         resolve(VerifierSpec(name="mth", params={"gold": "1"}))
     # Plug-ins another test loaded in this process are listed too; the built-ins always are.
-    assert str(err.value).startswith("unknown verifier 'mth' (known: code, composite, exact, format, math, regex")
+    assert str(err.value).startswith("unknown verifier 'mth' (known: code, composite, exact, format, math, reasoning_gym, regex")
 
 
 def test_spec_error_is_a_value_error():
@@ -88,7 +88,7 @@ def test_a_plugin_listed_in_config_resolves_by_its_import_path():
 
 
 def test_a_plugin_must_import_and_name_a_verifier_object():
-    with pytest.raises(VerifierPluginError, match=r"plug-in 'os:system' is not a Verifier object"):
+    with pytest.raises(VerifierPluginError, match=r"plug-in 'os:system' is neither a Verifier object nor a reward function"):
         load_plugins(["os:system"])
     with pytest.raises(VerifierPluginError, match=r"plug-in 'no_such_module_xyz:V': cannot import 'no_such_module_xyz'"):
         load_plugins(["no_such_module_xyz:V"])

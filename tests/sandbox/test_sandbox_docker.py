@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from rlvr.verify.code import CodeParams, score_code
-from rlvr.verify.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
+from rlvr.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
 
 pytestmark = pytest.mark.docker
 LIMITS = SandboxLimits(wall_s=5.0, cpu_s=5, memory_mb=256, output_bytes=4096)

@@ -1,6 +1,6 @@
 """The ``local`` sandbox: untrusted programs in a child process tree on this
 host, at one of two explicit isolation levels (``isolation=``; nothing is
-picked silently, see ``rlvr.verify.sandbox.levels`` for ``auto``):
+picked silently, see ``rlvr.sandbox.levels`` for ``auto``):
 
 - ``bwrap`` (the default): bubblewrap in new user, pid, network, ipc, uts and
   mount namespaces. A verifier that is not root needs nothing more than
@@ -53,16 +53,16 @@ import weakref
 from functools import lru_cache
 from pathlib import Path
 
-from rlvr.verify.sandbox import prelude
-from rlvr.verify.sandbox.base import (
+from rlvr.sandbox import prelude
+from rlvr.sandbox.base import (
     ExecutionResult,
     SandboxLimits,
     SandboxUnavailableError,
     SandboxUnsandboxedError,
     check_file_names,
 )
-from rlvr.verify.sandbox.pump import pump
-from rlvr.verify.sandbox.reaper import become_subreaper, kill_orphans, kill_uid, processes_of, tasks_of
+from rlvr.sandbox.pump import pump
+from rlvr.sandbox.reaper import become_subreaper, kill_orphans, kill_uid, processes_of, tasks_of
 
 LEVELS = ("bwrap", "none")
 _PRELUDE = Path(prelude.__file__).read_text(encoding="utf-8")

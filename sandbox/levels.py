@@ -19,8 +19,8 @@ import os
 
 import msgspec
 
-from rlvr.verify.config import SandboxConfig
-from rlvr.verify.sandbox.base import Sandbox, SandboxUnavailableError
+from rlvr.sandbox.config import SandboxConfig
+from rlvr.sandbox.base import Sandbox, SandboxUnavailableError
 
 # Heartbeat gauge per level (gauges are numbers): exactly one is 1.0.
 GAUGE_LEVELS = ("bwrap", "docker", "none", "unavailable")
@@ -31,10 +31,10 @@ def sandbox_from_config(cfg: SandboxConfig) -> Sandbox:
     if cfg.level == "auto":
         return _auto(cfg)[0]
     if cfg.level == "docker":
-        from rlvr.verify.sandbox.docker import DockerSandbox
+        from rlvr.sandbox.docker import DockerSandbox
 
         return DockerSandbox(image=cfg.docker_image, work_mb=cfg.work_mb, tmp_mb=cfg.tmp_mb)
-    from rlvr.verify.sandbox.local import LocalSandbox
+    from rlvr.sandbox.local import LocalSandbox
 
     return LocalSandbox(cfg.level, tmp_mb=cfg.tmp_mb, work_mb=cfg.work_mb, allow_unsandboxed=cfg.allow_unsandboxed)
 
@@ -43,7 +43,7 @@ def choose_level(cfg: SandboxConfig) -> tuple[SandboxConfig, str]:
     """The config with a concrete level that works here, and why that level.
     Raises ``SandboxUnavailableError`` (with the reasons) when it does not."""
     if cfg.level == "none":
-        from rlvr.verify.sandbox.local import describe_none
+        from rlvr.sandbox.local import describe_none
 
         # Not probed in this process: level none makes its process a child
         # subreaper, which the role's main process must not become.

@@ -80,11 +80,11 @@ def make_sandbox(backend: Literal["local", "docker"], **opts: Any) -> Sandbox:
     allow_unsandboxed=...)``, ``DockerSandbox(image=..., python=..., client=...)``.
     From a ``[verify.sandbox]`` config use ``levels.sandbox_from_config``."""
     if backend == "local":
-        from rlvr.verify.sandbox.local import LocalSandbox
+        from rlvr.sandbox.local import LocalSandbox
 
         return LocalSandbox(**opts)
     if backend == "docker":
-        from rlvr.verify.sandbox.docker import DockerSandbox
+        from rlvr.sandbox.docker import DockerSandbox
 
         return DockerSandbox(**opts)
     raise ValueError(f"unknown sandbox backend {backend!r} (expected 'local' or 'docker')")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from rlvr.verify.sandbox import (
+from rlvr.sandbox import (
     SandboxFilesInvalidError,
     SandboxLimits,
     SandboxUnavailableError,

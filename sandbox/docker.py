@@ -34,7 +34,7 @@ import struct
 import time
 from typing import Any
 
-from rlvr.verify.sandbox.base import (
+from rlvr.sandbox.base import (
     ExecutionResult,
     SandboxLimits,
     SandboxUnavailableError,

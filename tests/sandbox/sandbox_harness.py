@@ -31,8 +31,8 @@ from pathlib import Path
 
 import msgspec
 
-from rlvr.verify.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
-from rlvr.verify.sandbox import local  # noqa: F401 - imported before the uid drop, like every module it needs
+from rlvr.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
+from rlvr.sandbox import local  # noqa: F401 - imported before the uid drop, like every module it needs
 
 SECRET = "rlvr-hostile-secret-7f3a9c"
 USER = "rlvr-sbx-test"
@@ -115,7 +115,7 @@ def main() -> None:
         except ImportError as e:
             print(json.dumps({"unavailable": f"the docker SDK is not installed: {e}"}))
             return
-        from rlvr.verify.sandbox import docker as _  # noqa: F401
+        from rlvr.sandbox import docker as _  # noqa: F401
 
     user = req.get("user")
     if user is not None:

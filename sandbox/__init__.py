@@ -2,7 +2,7 @@
 ``docker``, behind one interface (see ``base``); ``levels`` builds one from
 ``[verify.sandbox]`` and says which level is in use and why."""
 
-from rlvr.verify.sandbox.base import (
+from rlvr.sandbox.base import (
     ExecutionResult,
     Sandbox,
     SandboxFilesInvalidError,

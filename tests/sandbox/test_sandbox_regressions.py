@@ -17,10 +17,11 @@ import structlog
 from sandbox_harness import LIMITS, SECRET, TMP_MB, WORK_MB, alive_with, attack, target_for
 
 from rlvr.verify.actor import VerifyActor
-from rlvr.verify.config import SandboxConfig, VerifyConfig
-from rlvr.verify.sandbox import SandboxUnavailableError, make_sandbox
-from rlvr.verify.sandbox.levels import choose_level
-from rlvr.verify.sandbox.local import bwrap_args
+from rlvr.sandbox.config import SandboxConfig
+from rlvr.verify.config import VerifyConfig
+from rlvr.sandbox import SandboxUnavailableError, make_sandbox
+from rlvr.sandbox.levels import choose_level
+from rlvr.sandbox.local import bwrap_args
 
 FORKS = """
 import os, time
