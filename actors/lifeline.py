@@ -8,7 +8,8 @@ them, and a learner would go on training for nobody. ``up`` puts its pid in
 ``RLVR_UP_PID``; such a child calls ``follow_up()`` first thing, which asks
 Linux (``prctl(PR_SET_PDEATHSIG)``) to send it SIGTERM when ``up`` dies, so
 a role drains and exits as on any other stop. The verifier pool's workers
-use ``die_with_parent`` the same way, with SIGKILL.
+and the sandbox runner use ``die_with_parent`` (``rlvr.sandbox.reaper``) the
+same way, with SIGKILL.
 
 Not covered: the embedded nats-server, a Go binary that cannot ask for this
 itself; it outlives a SIGKILLed ``up``, idle, with its store in the run dir.
@@ -19,23 +20,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
+
+from rlvr.sandbox.reaper import die_with_parent
 
 UP_PID_ENV = "RLVR_UP_PID"
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """Ask Linux to send ``sig`` to this process when its parent exits.
-    Returns whether the request was accepted."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(1, int(sig)) == 0  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return False
 
 
 def follow_up(sig: int = signal.SIGTERM) -> bool:

@@ -48,6 +48,19 @@ class TrainBatchItem(msgspec.Struct, frozen=True):
     behaviour_logprobs: list[float]  # log π_behaviour of each completion token, from the rollout engine
     advantage: float
     sample_id: str
+    # A multi-turn episode's loss mask (Completion.mask): 1 on the policy's tokens, 0 on the
+    # environment's, which never count (loss, KL, entropy, denominators). Empty: all the policy's.
+    completion_mask: list[int] = []
+
+    def targets(self) -> list[bool]:
+        """Which completion tokens the loss covers."""
+        return [bool(m) for m in self.completion_mask] if self.completion_mask else [True] * len(self.completion_ids)
+
+    def behaviour(self) -> list[float]:
+        """Behaviour log-probs, 0.0 where the environment wrote the token (never read, never stored)."""
+        if not self.completion_mask:
+            return list(self.behaviour_logprobs)
+        return [lp if m else 0.0 for lp, m in zip(self.behaviour_logprobs, self.completion_mask, strict=True)]
 
 
 class TrainBatchEmptyError(ValueError):
@@ -115,6 +128,11 @@ def check_item(item: TrainBatchItem) -> None:
             f"{item.sample_id}: {len(item.behaviour_logprobs)} behaviour log-probs "
             f"for {len(item.completion_ids)} completion tokens"
         )
+    if item.completion_mask and (len(item.completion_mask) != len(item.completion_ids) or not any(item.completion_mask)):
+        raise TrainItemMalformedError(
+            f"{item.sample_id}: a loss mask of {len(item.completion_mask)} entries for "
+            f"{len(item.completion_ids)} completion tokens, or with no policy token"
+        )
 
 
 def pack_by_tokens(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -171,8 +189,8 @@ def build_packed_micro_batch(items: Sequence[TrainBatchItem]) -> MicroBatch:
     behaviour = torch.zeros((rows, width - 1), dtype=torch.float32)
     for r, it in enumerate(items):
         p, c = len(it.prompt_ids), len(it.completion_ids)
-        loss_mask[r, p - 1 : p + c - 1] = True
-        behaviour[r, p - 1 : p + c - 1] = torch.tensor(it.behaviour_logprobs, dtype=torch.float32)
+        loss_mask[r, p - 1 : p + c - 1] = torch.tensor(it.targets(), dtype=torch.bool)
+        behaviour[r, p - 1 : p + c - 1] = torch.tensor(it.behaviour(), dtype=torch.float32)
     ids = [t for it in items for t in it.prompt_ids + it.completion_ids]
     return MicroBatch(
         input_ids=torch.tensor([ids], dtype=torch.int64),
@@ -196,9 +214,10 @@ def build_micro_batch(items: Sequence[TrainBatchItem], pad_token_id: int) -> Mic
         p, c = len(it.prompt_ids), len(it.completion_ids)
         input_ids[r, : p + c] = torch.tensor(it.prompt_ids + it.completion_ids, dtype=torch.int64)
         attention[r, : p + c] = 1
-        # Completion token j sits at position p + j and is predicted at p + j - 1.
-        loss_mask[r, p - 1 : p + c - 1] = True
-        behaviour[r, p - 1 : p + c - 1] = torch.tensor(it.behaviour_logprobs, dtype=torch.float32)
+        # Completion token j sits at position p + j and is predicted at p + j - 1;
+        # an environment's token (mask 0) is context, never a target.
+        loss_mask[r, p - 1 : p + c - 1] = torch.tensor(it.targets(), dtype=torch.bool)
+        behaviour[r, p - 1 : p + c - 1] = torch.tensor(it.behaviour(), dtype=torch.float32)
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention,

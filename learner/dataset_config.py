@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from rlvr.protocol.tasks import VerifierSpec
+from rlvr.protocol.tasks import EnvSpec, VerifierSpec
 
 Holdout = Annotated[int, Meta(ge=0)]
 
@@ -32,6 +32,9 @@ class PromptStyle(Struct, frozen=True, forbid_unknown_fields=True):
     prompt_style: Literal["bare", "chat"] = "bare"
     # A system message put before every chat prompt that has none ("" = none).
     system_prompt: str = ""
+    # Make every task a multi-turn episode with this environment ({name, params, max_turns,
+    # max_tokens}; docs/environments.md); none: one completion per sample.
+    env: EnvSpec | None = None
 
 
 class RecordDataset(PromptStyle, frozen=True, forbid_unknown_fields=True):

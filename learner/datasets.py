@@ -33,7 +33,7 @@ from rlvr.learner.dataset_config import (
 )
 from rlvr.learner.dataset_records import DatasetError, hf_specs, jsonl_specs, read_file, render_prompt
 from rlvr.protocol import SamplingParams, Task, VerifierSpec
-from rlvr.protocol.tasks import ChatMessage
+from rlvr.protocol.tasks import ChatMessage, EnvSpec
 from rlvr.protocol.validate import MessageInvalidError, check_record, check_verifier_spec
 
 
@@ -47,6 +47,8 @@ class TaskSpec(msgspec.Struct, frozen=True):
     reference: str = ""
     # The record's other fields, for reward functions (Task.record).
     record: dict[str, Any] = {}
+    # The environment each sample is an episode of (None: single-turn).
+    env: EnvSpec | None = None
 
     def to_task(
         self, *, run: str, task_id: str, n: int, sampling: SamplingParams, policy_version: int,
@@ -57,7 +59,7 @@ class TaskSpec(msgspec.Struct, frozen=True):
         return Task(
             run=run, task_id=task_id, dataset=self.dataset, index=self.index, prompt=self.prompt,
             verifier=self.verifier, n=n, sampling=sampling, policy_version=policy_version,
-            created_at=time.time(), purpose=purpose, level=self.level, record=self.record,
+            created_at=time.time(), purpose=purpose, level=self.level, record=self.record, env=self.env,
         )
 
 
@@ -94,6 +96,9 @@ def _override(specs: list[TaskSpec], template: VerifierSpec | None) -> list[Task
 
 def load_splits(cfg: DatasetConfig, *, seed: int) -> Splits:
     splits = _load(cfg, seed)
+    if cfg.env is not None:  # every task of the dataset is an episode with that environment
+        splits = Splits([msgspec.structs.replace(s, env=cfg.env) for s in splits.train],
+                        [msgspec.structs.replace(s, env=cfg.env) for s in splits.heldout])
     check_specs(splits.train)
     check_specs(splits.heldout)
     return splits

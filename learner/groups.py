@@ -7,7 +7,8 @@ under one reason, so "samples scored" always equals "samples trained" plus
 the sum of the drop counters:
 
 - ``duplicate``: the same sample id seen again (a redelivery); not a loss.
-- ``stale``: ``current_version - sample.policy_version > max_staleness``.
+- ``stale``: ``current_version - sample.policy_version > max_staleness`` (an
+  episode may be one version staler per turn after its first: ``episode_slack``).
 - ``verify_failed``: the verifier timed out, its sandbox failed, or it failed
   itself (outcome ``error``: a reward function that raised or returned NaN);
   the reward is not a real one. The group's other samples are kept if at least
@@ -119,7 +120,7 @@ def filter_group(
             dropped.append((seq, sc, "malformed"))
         elif sc.verdict.outcome in VERIFY_FAILED:
             dropped.append((seq, sc, "verify_failed"))
-        elif current_version - sc.sample.policy_version > max_staleness:
+        elif current_version - sc.sample.policy_version > max_staleness + episode_slack(sc):
             dropped.append((seq, sc, "stale"))
         else:
             kept.append((seq, sc))
@@ -132,6 +133,17 @@ def filter_group(
         dropped += [(seq, sc, "zero_variance") for seq, sc in kept]
         return FilterResult([], dropped)
     return FilterResult(kept, dropped)
+
+
+def episode_slack(sc: Scored) -> int:
+    """Extra versions of staleness an episode may have: one per turn after its first.
+
+    An episode's staleness counts from its first turn (``policy_version`` is the
+    version that turn was generated under), and the policy moves on while the
+    environment answers; a filter meant for single completions would starve
+    every long episode (docs/environments.md, "Staleness")."""
+    e = sc.sample.episode
+    return 0 if e is None else max(0, len(e.turns) - 1)
 
 
 def invalid_reason(sc: Scored, group_size: int) -> str | None:

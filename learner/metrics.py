@@ -57,13 +57,40 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def episode_metrics(samples: list[Scored]) -> dict[str, float]:
+    """Turns, tools, environment time, end reasons and the masked share of a
+    batch's multi-turn episodes (none when the batch has no episode)."""
+    episodes = [s.sample for s in samples if s.sample.episode is not None]
+    if not episodes:
+        return {}
+    out: dict[str, float] = {
+        "episode_turns_mean": statistics.fmean(len(s.episode.turns) for s in episodes),
+        "episode_env_s_mean": statistics.fmean(s.episode.env_s for s in episodes),
+        "episode_env_reward_mean": statistics.fmean(s.episode.env_reward for s in episodes),
+        "masked_token_share": sum(len(s.completion.ids) - s.completion.policy_tokens() for s in episodes)
+        / max(1, sum(len(s.completion.ids) for s in episodes)),
+    }
+    for reason, n in Counter(s.episode.end_reason for s in episodes).items():
+        out[f"episode_end_{reason}"] = float(n)
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for s in episodes:
+        calls.update(s.episode.tool_calls)
+        errors.update(s.episode.tool_errors)
+    for tool, n in calls.items():
+        out[f"tool_calls_{tool}"] = float(n)
+    for tool, n in errors.items():
+        out[f"tool_errors_{tool}"] = float(n)
+    return out
+
+
 def batch_metrics(groups: list[list[Scored]], current_version: int) -> dict[str, float]:
     """Reward, pass rate, length and staleness statistics of one step's batch."""
     samples = [s for g in groups for s in g]
     if not samples:
         return {}
     rewards = [s.verdict.reward for s in samples]
-    lengths = [len(s.sample.completion.ids) for s in samples]
+    lengths = [s.sample.completion.policy_tokens() for s in samples]  # the policy's tokens, not the environment's
     by_verifier: dict[str, list[float]] = defaultdict(list)
     for s in samples:
         acc = s.verdict.components.get("accuracy", s.verdict.reward)
@@ -81,6 +108,7 @@ def batch_metrics(groups: list[list[Scored]], current_version: int) -> dict[str,
     }
     for v, hits in by_verifier.items():
         out[f"pass_rate_{v}"] = statistics.fmean(hits)
+    out.update(episode_metrics(samples))
     for lag, count in sorted(staleness.items()):
         out[f"staleness_hist_{lag}"] = float(count)
     return out

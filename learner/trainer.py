@@ -64,7 +64,8 @@ class Trainer:
             adv = compute_advantages(rewards, self.cfg.advantage)  # [G]
             for sc, a in zip(group, adv.tolist(), strict=True):
                 s = sc.sample
-                out.append(TrainBatchItem(s.prompt_ids, s.completion.ids, s.completion.logprobs, a, s.sample_id))
+                out.append(TrainBatchItem(s.prompt_ids, s.completion.ids, s.completion.logprobs, a, s.sample_id,
+                                          s.completion.mask))
         return out
 
     async def train(self, groups: list[list[Scored]]) -> dict[str, float]:

@@ -13,16 +13,19 @@ from rlvr.protocol.codec import (
     encode,
 )
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
-from rlvr.protocol.samples import OUTCOMES, Completion, Sample, Scored, Timings, Verdict
+from rlvr.protocol.samples import ENV_FAILURES, OUTCOMES, Completion, Episode, Sample, Scored, Timings, Turn, Verdict
 from rlvr.protocol.subjects import RunNames, validate_run_id
-from rlvr.protocol.tasks import ChatMessage, SamplingParams, Task, VerifierSpec
+from rlvr.protocol.tasks import ChatMessage, EnvSpec, SamplingParams, Task, VerifierSpec
 from rlvr.protocol.validate import MessageInvalidError, check_message, check_token_ids_in_vocab
 from rlvr.protocol.weights import WeightFile, WeightsAnnouncement
 
 __all__ = [
+    "ENV_FAILURES",
     "OUTCOMES",
     "ChatMessage",
     "Completion",
+    "EnvSpec",
+    "Episode",
     "Control",
     "DeadLetter",
     "Heartbeat",
@@ -34,6 +37,7 @@ __all__ = [
     "Scored",
     "Task",
     "Timings",
+    "Turn",
     "UnsupportedVersionError",
     "Verdict",
     "VerifierSpec",

@@ -27,16 +27,60 @@ class Completion(Struct, frozen=True, array_like=True, gc=False):
     sampling distribution (after temperature / top-p), as the learner needs
     for truncated importance sampling. Appending fields is allowed; reordering
     is not (array_like).
+
+    ``mask`` is the loss mask of a multi-turn episode: ``mask[i]`` is 1 where
+    the policy generated ``ids[i]`` (trained on, ``logprobs[i]`` meaningful)
+    and 0 where the environment or a tool wrote it (its log-prob is 0.0 and is
+    never read). Empty: every token is the policy's, as in a single-turn sample.
     """
 
     ids: list[int]
     logprobs: list[float]
+    mask: list[int] = []
+
+    def policy_tokens(self) -> int:
+        """How many of ``ids`` the policy generated."""
+        return sum(self.mask) if self.mask else len(self.ids)
 
 
 class Timings(Struct, frozen=True, omit_defaults=True):
     queued_s: float = 0.0  # task created -> picked up by a rollout replica
     generate_s: float = 0.0  # generation wall time for the whole group
     finished_at: float = 0.0  # unix time the sample was published
+
+
+EndReason = Literal["done", "max_turns", "token_budget", "env_error", "env_timeout", "template_rewrite", "aborted"]
+# Ends where the environment, not the policy, failed: the episode's reward is not a real one.
+ENV_FAILURES: tuple[str, ...] = ("env_error", "env_timeout")
+
+
+class Turn(Struct, frozen=True, array_like=True):
+    """One assistant turn of an episode: its tokens ``completion.ids[start:end]``
+    and the policy version that generated them."""
+
+    start: int
+    end: int
+    policy_version: int
+
+
+class Episode(Struct, frozen=True, omit_defaults=True):
+    """A multi-turn episode: the model's turns, what ended it, what the
+    environment said (its rewards, per turn and final) and how its tools went.
+    ``Sample.text`` is the last assistant turn (what verifiers read); the whole
+    exchange is ``transcript``, as ``[role, content]`` pairs."""
+
+    environment: str
+    turns: list[Turn]
+    end_reason: EndReason
+    # The environment's reward at each step (0 where it gave none); their sum is env_reward.
+    turn_rewards: list[float] = []
+    env_reward: float = 0.0
+    tool_calls: dict[str, int] = {}
+    tool_errors: dict[str, int] = {}  # raised, timed out, garbage or unknown, by tool name
+    env_s: float = 0.0  # seconds spent in the environment and its tools
+    detail: str = ""  # why it ended, in words (an env_error's exception)
+    transcript: list[list[str]] = []
+    template_rewrites: int = 0  # turns whose chat template rewrote earlier turns (docs/environments.md)
 
 
 class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
@@ -66,6 +110,8 @@ class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
     # prompts and dataset columns, verl's data_source and extra_info).
     prompt: str | list[ChatMessage] | None = None
     record: dict[str, Any] = {}
+    # A multi-turn episode's turns and outcome (None: one completion, one turn).
+    episode: Episode | None = None
 
     @property
     def sample_id(self) -> str:
@@ -126,8 +172,12 @@ class Scored(Struct, frozen=True, tag="scored", omit_defaults=True):
 
 
 __all__ = [
+    "ENV_FAILURES",
     "OUTCOMES",
     "Completion",
+    "EndReason",
+    "Episode",
+    "Turn",
     "FinishReason",
     "Outcome",
     "Sample",

@@ -64,6 +64,21 @@ class VerifierSpec(Struct, frozen=True, omit_defaults=True):
     params: dict[str, Any] = {}
 
 
+class EnvSpec(Struct, frozen=True, omit_defaults=True):
+    """The environment a task is an episode of: a registered name and its parameters."""
+
+    # A built-in environment ("tools", "openenv", "verifiers") or "package.module:ATTR"
+    # naming an Environment class listed in [rollout] environments.
+    name: str
+    # That environment's parameters, converted to its typed Params struct.
+    params: dict[str, Any] = {}
+    # Assistant turns at most; the episode ends (max_turns) after the last.
+    max_turns: Annotated[int, Meta(ge=1, le=256)] = 8
+    # Tokens the whole episode may hold after the prompt (the model's and the
+    # environment's); a turn gets at most what is left (token_budget).
+    max_tokens: Annotated[int, Meta(ge=1)] = 4096
+
+
 class Task(Struct, frozen=True, tag="task", omit_defaults=True):
     run: str
     task_id: str
@@ -83,6 +98,8 @@ class Task(Struct, frozen=True, tag="task", omit_defaults=True):
     # The dataset record's other fields (verl's data_source and extra_info, TRL's
     # keyword columns), for reward functions; the rollout copies it into each Sample.
     record: dict[str, Any] = {}
+    # Set: each of the n samples is a multi-turn episode with this environment.
+    env: EnvSpec | None = None
 
 
 def task_subject_id(task: Task) -> str:
@@ -97,4 +114,4 @@ def task_meaning(task: Task) -> bytes:
     return msgspec.msgpack.encode(msgspec.structs.replace(task, created_at=0.0, policy_version=0))
 
 
-__all__ = ["ChatMessage", "SamplingParams", "Task", "VerifierSpec", "task_meaning", "task_subject_id"]
+__all__ = ["ChatMessage", "EnvSpec", "SamplingParams", "Task", "VerifierSpec", "task_meaning", "task_subject_id"]

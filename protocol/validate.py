@@ -34,6 +34,8 @@ from rlvr.protocol.weights import WeightsAnnouncement
 # Group size: completions per task. GRPO uses 4-64; 1024 leaves room for
 # pass@k evaluation while bounding what one task can ask of the rollout pool.
 MAX_GROUP_SIZE = 1024
+# Assistant turns of one episode (EnvSpec.max_turns is bounded by this too).
+MAX_TURNS = 256
 # Most new tokens per completion (SamplingParams.max_tokens), and the longest
 # prompt or completion in tokens: 128 Ki, the longest context of current models.
 MAX_TOKENS = 131_072
@@ -155,6 +157,29 @@ def check_record(record: dict, path: str = "record") -> None:
     _count(path, len(record), MAX_COMPONENTS * 16)
 
 
+def _check_episode(s: Sample) -> None:
+    e, n = s.episode, len(s.completion.ids)
+    _id("episode.environment", e.environment)
+    _count("episode.turns", len(e.turns), MAX_TURNS)
+    last = 0
+    for i, turn in enumerate(e.turns):
+        if not last <= turn.start <= turn.end <= n:
+            _fail(f"episode.turns[{i}] spans [{turn.start}, {turn.end}), outside the completion or out of order")
+        if not s.policy_version <= turn.policy_version <= s.policy_version_max:
+            _fail(f"episode.turns[{i}].policy_version {turn.policy_version} is outside the sample's versions")
+        last = turn.end
+    _count("episode.turn_rewards", len(e.turn_rewards), MAX_TURNS)
+    for i, r in enumerate(e.turn_rewards):
+        _finite(f"episode.turn_rewards[{i}]", r, -MAX_ABS_REWARD, MAX_ABS_REWARD)
+    _finite("episode.env_reward", e.env_reward, -MAX_ABS_REWARD, MAX_ABS_REWARD)
+    _finite("episode.env_s", e.env_s, 0.0)
+    _count("episode.tool_calls", len(e.tool_calls), MAX_COMPONENTS)
+    _count("episode.tool_errors", len(e.tool_errors), MAX_COMPONENTS)
+    _count("episode.transcript", len(e.transcript), 4 * MAX_TURNS)
+    if sum(len(part) for pair in e.transcript for part in pair) > MAX_TEXT_CHARS:
+        _fail(f"episode.transcript is more than {MAX_TEXT_CHARS} characters")
+
+
 def check_task(task: Task) -> None:
     _id("run", task.run)
     _id("task_id", task.task_id)
@@ -165,6 +190,10 @@ def check_task(task: Task) -> None:
     check_sampling(task.sampling)
     check_verifier_spec(task.verifier)
     check_record(task.record)
+    if task.env is not None:
+        _id("env.name", task.env.name)
+        if _depth(task.env.params, MAX_PARAMS_DEPTH) > MAX_PARAMS_DEPTH:
+            _fail(f"env.params nests deeper than {MAX_PARAMS_DEPTH} levels")
     _finite("created_at", task.created_at, 0.0)
 
 
@@ -195,6 +224,16 @@ def check_sample(s: Sample) -> None:
             f"completion.logprobs has {len(s.completion.logprobs)} entries for "
             f"{len(s.completion.ids)} completion.ids (one log-prob per token)"
         )
+    mask = s.completion.mask
+    if mask:
+        if len(mask) != len(s.completion.ids):
+            _fail(f"completion.mask has {len(mask)} entries for {len(s.completion.ids)} completion.ids")
+        if any(m not in (0, 1) for m in mask):
+            _fail("completion.mask holds values other than 0 and 1")
+        if not any(mask):
+            _fail("completion.mask marks no token as the policy's")
+    if s.episode is not None:
+        _check_episode(s)
     lps = s.completion.logprobs
     if lps and not (all(map(math.isfinite, lps)) and MIN_LOGPROB <= min(lps) and max(lps) <= MAX_LOGPROB):
         for i, lp in enumerate(lps):  # only to name the culprit

@@ -28,11 +28,12 @@ from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import LatencyMeter, RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import hop_span
-from rlvr.protocol import Completion, Sample, Task, Timings, decode
+from rlvr.protocol import Sample, Task, Timings, decode
 from rlvr.protocol.tasks import task_meaning
-from rlvr.protocol.validate import check_task
+from rlvr.protocol.validate import MessageInvalidError, check_task
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import EngineDeadError, GroupResult, PromptTooLongError, make_engine
+from rlvr.rollout.episodes import EpisodeResult, EpisodeSettings, check_env_spec, run_episode, single_turn
 
 log = get_logger("rlvr.rollout")
 
@@ -50,15 +51,21 @@ class RolloutActor:
         self.weights_load_s = 0.0
         self.weights_fetch_s = 0.0
         self.abort_scopes: set[anyio.CancelScope] = set()
+        self.episode_settings = EpisodeSettings(cfg.env_timeout_s, cfg.tool_timeout_s, cfg.tool_format,
+                                                cfg.on_template_rewrite)
 
     @property
     def version(self) -> int:
         return self.engine.weights_version
 
     async def run(self, ctx: ActorContext) -> None:
+        from rlvr.rollout.envs.registry import load_environments
+        from rlvr.rollout.envs.tool_env import ToolsEnvironment
         from rlvr.rollout.weights_sync import WeightsWatcher
 
         self.ctx = ctx
+        load_environments(self.cfg.environments)  # a bad plug-in stops the replica here, naming it
+        ToolsEnvironment.sandbox = self.cfg.sandbox
         await self.engine.start()
         log.info("engine_ready", engine=self.cfg.engine.__struct_config__.tag)
         try:
@@ -71,9 +78,9 @@ class RolloutActor:
                 handle=self.handle,
                 concurrency=self.cfg.max_inflight_tasks,
                 task_id_of=lambda task: task.task_id,
-                # Bounds n, max_tokens and prompt size: an out-of-bound task is
-                # dead-lettered with the field, never handed to the engine.
-                validate=check_task,
+                # Bounds n, max_tokens and prompt size, and an episode's environment must
+                # exist here with valid params: such a task is dead-lettered with the reason.
+                validate=self.check_task,
                 keep_alive_every_s=self.cfg.in_progress_every_s,
                 # A task re-issued after a learner restart is not generated twice.
                 meaning=task_meaning,
@@ -97,7 +104,7 @@ class RolloutActor:
             with anyio.CancelScope() as abort_scope:
                 self.abort_scopes.add(abort_scope)
                 try:
-                    result, rejected = await self._generate(task, delivery)
+                    results = await self._generate(task, delivery)
                 finally:
                     self.abort_scopes.discard(abort_scope)
             if abort_scope.cancelled_caught:
@@ -105,40 +112,60 @@ class RolloutActor:
                 return Nak(0.0, "aborted for a weight reload")
             generate_s = time.time() - picked_up
             if span.is_recording():
-                span.set_attributes({"rlvr.policy_version": result.weights_version_min,
-                                     "rlvr.tokens": sum(len(g.ids) for g in result.generations)})
-            await self._publish(task, result, rejected, picked_up, generate_s)
+                span.set_attributes({"rlvr.policy_version": min(r.policy_version for r in results),
+                                     "rlvr.tokens": sum(len(r.completion.ids) for r in results)})
+            await self._publish(task, results, picked_up, generate_s)
         return None
 
-    async def _generate(self, task: Task, delivery: Delivery) -> tuple[GroupResult, bool]:
+    def check_task(self, task: Task) -> None:
+        check_task(task)
+        if task.env is not None:
+            try:
+                check_env_spec(task.env)
+            except ValueError as e:  # unknown environment, bad params
+                raise MessageInvalidError(str(e)) from None
+
+    async def _generate(self, task: Task, delivery: Delivery) -> list[EpisodeResult]:
         # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).
-        rejected = False
         try:
-            result = await self.engine.generate(task.prompt, task.n, task.sampling)
+            if task.env is not None:
+                return await self._episodes(task)
+            return single_turn(await self.engine.generate(task.prompt, task.n, task.sampling))
         except PromptTooLongError as e:
             log.warning("prompt_rejected", reason=str(e))
-            result, rejected = _rejected(task, self.version), True
+            return single_turn(_rejected(task, self.version), rejected=True)
         except EngineDeadError as e:
             raise ActorFatalError(f"engine died: {e}") from e
-        return result, rejected
+
+    async def _episodes(self, task: Task) -> list[EpisodeResult]:
+        """The task's n episodes, side by side (the engine batches their turns)."""
+        results: list[EpisodeResult | None] = [None] * task.n
+
+        async def one(i: int) -> None:
+            results[i] = await run_episode(self.engine, task, i, self.episode_settings)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(task.n):
+                tg.start_soon(one, i)
+        return [r for r in results if r is not None]
 
     async def _publish(
-        self, task: Task, result: GroupResult, rejected: bool, picked_up: float, generate_s: float
+        self, task: Task, results: list[EpisodeResult], picked_up: float, generate_s: float
     ) -> None:
         samples = []
-        for i, gen in enumerate(result.generations):
+        for i, r in enumerate(results):
             sample = Sample(
                 run=task.run,
                 task_id=task.task_id,
                 sample_index=i,
                 group_id=task.task_id,
                 group_size=task.n,
-                prompt_ids=result.prompt_ids,
-                completion=Completion(ids=gen.ids, logprobs=gen.logprobs),
-                text=gen.text,
-                finish_reason="rejected" if rejected else gen.finish_reason,
-                policy_version=result.weights_version_min,
-                policy_version_max=result.weights_version_max,
+                prompt_ids=r.prompt_ids,
+                completion=r.completion,
+                text=r.text,
+                finish_reason=r.finish_reason,
+                policy_version=r.policy_version,
+                policy_version_max=r.policy_version_max,
                 verifier=task.verifier,
                 sampling=task.sampling,
                 replica=self.ctx.replica,
@@ -148,6 +175,7 @@ class RolloutActor:
                 level=task.level,
                 prompt=task.prompt,
                 record=task.record,
+                episode=r.episode,
                 timings=Timings(
                     queued_s=max(0.0, picked_up - task.created_at),
                     generate_s=generate_s,
@@ -160,7 +188,7 @@ class RolloutActor:
         # after every PubAck is in; a failed publish fails the group and the task
         # is nak'ed, and its republished samples are deduplicated by Nats-Msg-Id.
         await self.ctx.bus.publish_many(self.ctx.names.rollouts, [(s, s.sample_id) for s in samples])
-        self.tokens.add(sum(len(s.completion.ids) for s in samples))
+        self.tokens.add(sum(s.completion.policy_tokens() for s in samples))
         self.samples.add(len(samples))
 
     def abort_in_flight(self) -> int:

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from msgspec import Meta, Struct
 
 from rlvr.rollout.engines.base import GenerationEngineConfig, TrivialEngineConfig
+from rlvr.sandbox.config import SandboxConfig
 
 
 class RolloutConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -22,3 +23,19 @@ class RolloutConfig(Struct, frozen=True, forbid_unknown_fields=True):
     reload_policy: Literal["between_steps", "abort_requeue"] = "between_steps"
     # Local directory for fetched weight blobs ("" = a temporary directory).
     weights_cache_dir: str = ""
+    # Multi-turn episodes (docs/environments.md): Environment classes tasks may name, as
+    # "package.module:ATTR", imported once at start (never named by a message alone).
+    environments: list[str] = []
+    # Seconds an environment's constructor, reset(), step() or close() may take; past it
+    # the episode ends as env_timeout (never a reward that looks like a wrong answer).
+    env_timeout_s: Annotated[float, Meta(gt=0)] = 60.0
+    # Seconds a tool call may take; past it the model is told it timed out.
+    tool_timeout_s: Annotated[float, Meta(gt=0)] = 30.0
+    # How the model writes tool calls: "hermes" (<tool_call>{json}</tool_call>: Qwen and
+    # Hermes-style templates), "llama3" ({"name", "parameters"}), "plain" (name(argument)).
+    tool_format: Literal["hermes", "llama3", "plain"] = "hermes"
+    # A chat template that rewrites earlier turns (Qwen3 strips past <think> blocks):
+    # "keep" the tokens the model saw (counted in Episode.template_rewrites), or "end" the episode.
+    on_template_rewrite: Literal["keep", "end"] = "keep"
+    # The sandbox of the built-in python tool: the same levels and limits as [verify.sandbox].
+    sandbox: SandboxConfig = SandboxConfig()

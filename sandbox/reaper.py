@@ -18,8 +18,23 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent exits (a pool
+    worker, a sandbox runner, a role started by ``up``). Returns whether the
+    request was accepted; elsewhere than Linux, does nothing."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def become_subreaper() -> None:

@@ -30,6 +30,7 @@ def test_the_import_contracts_hold():
     ("actors/bus.py", "import rlvr.learner.ledger  # noqa"),
     ("verify/registry.py", "import rlvr.rollout.config  # noqa"),
     ("sandbox/base.py", "import rlvr.verify.config  # noqa"),
+    ("sandbox/levels.py", "import rlvr.actors.bus  # noqa"),
     ("learner/trainer.py", "import rlvr.learner.example.greedy  # noqa"),
 ])
 def test_a_forbidden_import_breaks_a_contract(tmp_path, module, line):

@@ -28,7 +28,7 @@ from rlvr.actors.meters import RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import hop_span
 from rlvr.protocol import Sample, Scored, Verdict, decode
-from rlvr.protocol.samples import sample_meaning
+from rlvr.protocol.samples import ENV_FAILURES, sample_meaning
 from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import VerifierPool
@@ -84,6 +84,11 @@ class VerifyActor:
         ) as span:
             if sample.finish_reason == "rejected":
                 verdict = Verdict(0.0, "parse_error", sample.verifier.name, detail="prompt rejected by the rollout")
+            elif sample.episode is not None and sample.episode.end_reason in ENV_FAILURES:
+                # The environment failed, not the policy: an error, never a 0 that reads as a wrong answer.
+                e = sample.episode
+                verdict = Verdict(0.0, "error", sample.verifier.name,
+                                  detail=f"episode ended {e.end_reason} ({e.environment}): {e.detail}"[:2000])
             else:
                 try:
                     # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from rlvr.actors.lifeline import die_with_parent
+from rlvr.sandbox.reaper import die_with_parent
 from rlvr.protocol.samples import Verdict
 from rlvr.protocol.tasks import VerifierSpec
 from rlvr.verify.registry import VerifierPluginError, VerifyContext, load_plugins, resolve, warm_up

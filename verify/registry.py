@@ -10,7 +10,7 @@ Names are looked up in two places, in order:
 - verifiers registered in this process: with ``register`` (tests), or as
   plug-ins by ``load_plugins`` (the ``[verify] plugins`` list, imported once
   at start-up, in the actor and in each pool worker);
-- the built-ins (exact, regex, format, composite, math, code, reasoning_gym),
+- the built-ins (exact, regex, format, composite, math, code, reasoning_gym, env),
   imported lazily so that resolving ``exact`` never imports sympy.
 
 A message never makes this process import anything: a name that is neither
@@ -35,7 +35,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import Struct
 
-from rlvr.protocol.samples import Sample, Verdict
+from rlvr.protocol.samples import Episode, Sample, Verdict
 from rlvr.protocol.tasks import ChatMessage, VerifierSpec
 from rlvr.sandbox.config import SandboxConfig
 
@@ -63,7 +63,8 @@ class VerifierUnavailableError(RuntimeError):
 class VerifyContext(Struct, frozen=True, omit_defaults=True):
     """What a verifier may know besides the completion text and its params."""
 
-    # Tokens in the completion (overlong shaping counts these, not characters).
+    # Tokens the policy generated in the completion (overlong shaping counts these, not characters;
+    # an episode's environment tokens are not counted).
     completion_tokens: int | None = None
     # Why generation stopped: "stop", "length", "abort" or "rejected".
     finish_reason: str | None = None
@@ -82,12 +83,14 @@ class VerifyContext(Struct, frozen=True, omit_defaults=True):
     dataset: str = ""
     # The completion's token ids (TRL's completion_ids).
     completion_ids: list[int] = []
+    # A multi-turn episode's turns, end reason, environment rewards and transcript (None: one turn).
+    episode: Episode | None = None
 
 
 def context_for_sample(sample: Sample, sandbox: SandboxConfig | None = None) -> VerifyContext:
     """The context of one generated sample."""
     return VerifyContext(
-        completion_tokens=len(sample.completion.ids),
+        completion_tokens=sample.completion.policy_tokens(),  # the policy's, not an environment's
         finish_reason=sample.finish_reason,
         max_tokens=sample.sampling.max_tokens,
         sandbox=sandbox if sandbox is not None else SandboxConfig(),
@@ -95,6 +98,7 @@ def context_for_sample(sample: Sample, sandbox: SandboxConfig | None = None) -> 
         record=sample.record,
         dataset=sample.dataset,
         completion_ids=sample.completion.ids,
+        episode=sample.episode,
     )
 
 
@@ -198,6 +202,12 @@ def _load_code() -> Verifier:
     return Verifier("code", CodeParams, fn)
 
 
+def _load_env() -> Verifier:
+    from rlvr.verify.env_reward import ENV
+
+    return ENV
+
+
 def _load_reasoning_gym() -> Verifier:
     from rlvr.verify.rgym import REASONING_GYM
 
@@ -207,6 +217,7 @@ def _load_reasoning_gym() -> Verifier:
 _BUILTINS: dict[str, Callable[[], Verifier]] = {
     "code": _load_code,
     "composite": _load_composite,
+    "env": _load_env,
     "exact": _load_exact,
     "format": _load_format,
     "math": _load_math,

@@ -80,6 +80,15 @@ class Engine(Protocol):
         self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
     ) -> GroupResult: ...
 
+    async def generate_ids(self, prompt_ids: list[int], n: int, sampling: SamplingParams) -> GroupResult:
+        """``generate`` from token ids (a multi-turn episode's next turn: the
+        conversation so far, exactly as its tokens stand)."""
+        ...
+
+    def chat_codec(self) -> Any:
+        """How this engine's tokenizer renders and encodes chat (``rlvr.rollout.transcript.ChatCodec``)."""
+        ...
+
     async def load_weights(
         self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
     ) -> None:

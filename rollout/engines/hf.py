@@ -121,7 +121,15 @@ class HFEngine:
     async def generate(
         self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
     ) -> GroupResult:
-        prompt_ids = render_prompt_ids(self._tok, prompt)
+        return await self.generate_ids(render_prompt_ids(self._tok, prompt), n, sampling)
+
+    def chat_codec(self):
+        from rlvr.rollout.transcript import HFChatCodec
+
+        return HFChatCodec(self._tok)
+
+    async def generate_ids(self, prompt_ids: list[int], n: int, sampling: SamplingParams) -> GroupResult:
+        prompt_ids = list(prompt_ids)
         if len(prompt_ids) > self.cfg.max_prompt_tokens:
             raise PromptTooLongError(len(prompt_ids), self.cfg.max_prompt_tokens)
         req = _Request(prompt_ids, n, sampling, _batch_key(sampling), arrived_idle=not self._running)

@@ -22,6 +22,7 @@ import random
 import re
 
 import anyio
+import msgspec
 
 from rlvr.protocol.tasks import ChatMessage, SamplingParams
 from rlvr.protocol.weights import WeightFile
@@ -29,6 +30,7 @@ from rlvr.rollout.engines.base import Generation, GroupResult, TrivialEngineConf
 from rlvr.rollout.weights import WeightsRejectedError, verify_weight_files
 
 _EXPR = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*$")
+_LAST_EXPR = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=")
 _WRONG_OFFSETS = (-3, -2, -1, 1, 2, 3)
 
 
@@ -39,6 +41,22 @@ def solve(text: str) -> int | None:
         return None
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
     return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+class ByteChatCodec:
+    """The trivial engine's "tokenizer": utf-8 bytes, and a chat template of one
+    ``role: content`` line per message (the generation prompt is ``assistant: ``).
+    Append-only, as a real template should be."""
+
+    def render(self, messages: list[dict], *, tools: list[dict] | None, add_generation_prompt: bool) -> str:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        return text + ("assistant: " if add_generation_prompt else "")
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode(errors="replace")
 
 
 class TrivialEngine:
@@ -61,12 +79,25 @@ class TrivialEngine:
     async def generate(
         self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
     ) -> GroupResult:
+        text = prompt if isinstance(prompt, str) else (prompt[-1].content if prompt else "")
+        return await self._answer_group(text, solve(text), n, sampling)
+
+    async def generate_ids(self, prompt_ids: list[int], n: int, sampling: SamplingParams) -> GroupResult:
+        """A turn of an episode: the answer to the last expression in the conversation."""
+        text = bytes(prompt_ids).decode(errors="replace")
+        found = _LAST_EXPR.findall(text)
+        truth = solve(f"{found[-1][0]}{found[-1][1]}{found[-1][2]}=") if found else None
+        result = await self._answer_group(text, truth, n, sampling)
+        return msgspec.structs.replace(result, prompt_ids=list(prompt_ids))
+
+    def chat_codec(self) -> ByteChatCodec:
+        return ByteChatCodec()
+
+    async def _answer_group(self, text: str, truth: int | None, n: int, sampling: SamplingParams) -> GroupResult:
         if self.cfg.hold_file:
             hold = pathlib.Path(self.cfg.hold_file)
             while not hold.exists():
                 await anyio.sleep(0.02)
-        text = prompt if isinstance(prompt, str) else (prompt[-1].content if prompt else "")
-        truth = solve(text)
         rng = self._rng if sampling.seed is None else random.Random(f"{self.cfg.seed}/{sampling.seed}/{text}")
         generations = []
         for _ in range(n):

@@ -180,11 +180,23 @@ class VLLMEngine:
     async def generate(
         self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
     ) -> GroupResult:
+        if self._llm is None:
+            raise EngineDeadError("vllm engine is not started or already closed")
+        return await self.generate_ids(render_prompt_ids(self._tok, prompt), n, sampling)
+
+    def chat_codec(self):
+        from rlvr.rollout.transcript import HFChatCodec
+
+        return HFChatCodec(self._tok)
+
+    async def generate_ids(self, prompt_ids: list[int], n: int, sampling: SamplingParams) -> GroupResult:
+        """From token ids: an episode's next turn. With prefix caching on (vLLM's
+        default), the turns before it are not computed again."""
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
         if self._llm is None:
             raise EngineDeadError("vllm engine is not started or already closed")
-        prompt_ids = render_prompt_ids(self._tok, prompt)
+        prompt_ids = list(prompt_ids)
         if len(prompt_ids) > self.cfg.max_prompt_tokens:
             raise PromptTooLongError(len(prompt_ids), self.cfg.max_prompt_tokens)
         params = self._params(n, sampling, len(prompt_ids))

@@ -1,0 +1,142 @@
+"""The environment interface: what a user implements to make a task multi-turn (docs/environments.md).
+
+An environment is a subclass of ``Environment``, made fresh for each episode
+with its typed parameters and the task::
+
+    class Guess(Environment):
+        class Params(Struct):
+            low: int = 0
+            high: int = 99
+
+        def __init__(self, params: Params, task: EpisodeTask) -> None:
+            self.secret = random.Random(task.seed).randint(params.low, params.high)
+
+        async def step(self, turn: AssistantTurn) -> StepResult:
+            guess = int(turn.text)
+            if guess == self.secret:
+                return StepResult(reward=1.0, done=True)
+            return StepResult(messages=[user("higher" if guess < self.secret else "lower")])
+
+The rollout calls ``reset()`` once (its messages follow the task's prompt,
+before the first turn), then ``step(turn)`` after every assistant turn that
+calls no tool, until a step says ``done``, the task's ``max_turns`` or its
+token budget runs out. Both are async and run under the rollout's
+``env_timeout_s``; an exception or a timeout ends the episode as
+``env_error`` / ``env_timeout``, which the verifier reports as outcome
+``error``, never as a reward of 0. ``close()`` is always called.
+
+Tools: an environment that offers ``tools`` (``rlvr.rollout.tools.Tool``)
+gets them into the chat template's ``tools=`` argument; when the model's turn
+calls them, the rollout runs them (each under ``tool_timeout_s``) and answers
+with their results, and ``step`` sees only the turns that call none.
+
+A message is a dict ``{"role": "user" | "tool" | "system", "content": str}``
+(``name`` for a tool's reply): ``user(text)`` and ``tool_reply(name, text)``
+make them. Rewards: each step's ``reward`` is the environment's reward for
+that step; their sum is the episode's environment reward (``Episode.env_reward``),
+which the ``env`` verifier (or a ``composite`` with an ``env`` part) turns into
+the reward the learner trains on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+from msgspec import Struct
+
+from rlvr.protocol.tasks import ChatMessage
+from rlvr.rollout.tools import Tool, ToolCall
+
+Message = dict[str, Any]
+
+
+class NoParams(Struct, frozen=True, forbid_unknown_fields=True):
+    pass
+
+
+class EpisodeTask(Struct, frozen=True):
+    """What an environment knows about the episode it serves."""
+
+    task_id: str
+    index: int  # the dataset record
+    episode: int  # which of the task's n episodes (its sample index)
+    prompt: str | list[ChatMessage]
+    record: dict[str, Any] = {}
+    dataset: str = ""
+    # A seed for the environment's own choices: the same for a task's n episodes
+    # (GRPO compares them on the same problem), different across tasks.
+    seed: int = 0
+
+
+class AssistantTurn(Struct, frozen=True):
+    text: str
+    index: int  # 0 for the first turn
+    tool_calls: list[ToolCall] = []
+    finish_reason: str = "stop"  # "length": cut by the turn's token limit
+
+
+class StepResult(Struct, frozen=True):
+    # Messages the model reads next (none when done).
+    messages: list[Message] = []
+    # The environment's reward for this step (added up over the episode).
+    reward: float = 0.0
+    done: bool = False
+    # Anything worth keeping in the episode's record (shown in traces, not trained on).
+    info: dict[str, Any] = {}
+
+
+class Environment:
+    """Subclass it: a ``Params`` struct, ``__init__(params, task)``, and ``step``."""
+
+    Params: ClassVar[type[Struct]] = NoParams
+    tools: list[Tool] = []
+
+    def __init__(self, params: Any, task: EpisodeTask) -> None:
+        self.params = params
+        self.task = task
+
+    async def reset(self) -> list[Message]:
+        """Messages after the task's prompt, before the first turn (none by default)."""
+        return []
+
+    async def step(self, turn: AssistantTurn) -> StepResult:
+        raise NotImplementedError(f"{type(self).__name__} must implement step(turn)")
+
+    async def close(self) -> None:
+        return None
+
+
+def user(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def tool_reply(name: str, text: str) -> Message:
+    return {"role": "tool", "name": name, "content": text}
+
+
+def check_messages(messages: Any, where: str) -> list[Message]:
+    """``messages`` as the rollout can write them; ``ValueError`` saying what is wrong."""
+    if not isinstance(messages, list):
+        raise ValueError(f"{where} returned {type(messages).__name__}, not a list of messages")
+    out = []
+    for i, m in enumerate(messages):
+        if isinstance(m, ChatMessage):
+            m = {"role": m.role, "content": m.content}
+        if not isinstance(m, dict) or m.get("role") not in ("user", "tool", "system") or not isinstance(
+                m.get("content"), str):
+            raise ValueError(f"{where} message {i} is not {{role: user|tool|system, content: str}}: {str(m)[:200]}")
+        out.append(m)
+    return out
+
+
+def convert_params(cls: type[Environment], params: dict[str, Any]) -> Any:
+    """The environment's typed params; ``ValueError`` naming the bad one."""
+    try:
+        return msgspec.convert(params, cls.Params)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"bad params for environment {cls.__name__}: {e}") from None
+
+
+__all__ = ["AssistantTurn", "Environment", "EpisodeTask", "Message", "NoParams", "StepResult", "check_messages",
+           "convert_params", "tool_reply", "user"]
