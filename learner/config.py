@@ -22,6 +22,7 @@ from rlvr.learner.dataset_config import (  # noqa: F401 (re-exported: the [learn
     HFDataset,
     JsonlDataset,
     ReasoningGymDataset,
+    VerifiersDataset,
 )
 from rlvr.learner.alarms import AlarmConfig
 from rlvr.learner.engine_config import TrainEngineConfig

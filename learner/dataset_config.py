@@ -5,7 +5,9 @@ JSONL, JSON or Parquet file), ``hf`` (a Hugging Face ``datasets`` folder saved
 with ``save_to_disk``, or local parquet/jsonl/json/arrow files read through
 ``datasets``), ``builtin`` (GSM8K, MATH, MATH-500, MBPP, HumanEval, shipped in
 ``data/``), and ``reasoning_gym`` (procedural tasks from the
-``reasoning-gym`` package). ``docs/datasets.md`` is the guide; the adapters
+``reasoning-gym`` package), and ``verifiers`` (a ``verifiers`` environment's
+tasks, as episodes of it). ``docs/your-task.md`` and ``docs/environments.md``
+are the guides; the adapters
 are ``rlvr.learner.datasets`` and its helpers.
 
 Every kind renders prompts the same way (``PromptStyle``): a record whose
@@ -165,9 +167,31 @@ class ReasoningGymDataset(
     prompt_style: Literal["bare", "chat"] = "chat"
 
 
-DatasetConfig = ArithmeticDataset | JsonlDataset | HFDataset | BuiltinDataset | ReasoningGymDataset
+class VerifiersDataset(PromptStyle, frozen=True, forbid_unknown_fields=True, kw_only=True, tag="verifiers",
+                       tag_field="kind"):
+    """The tasks of a ``verifiers`` environment, each an episode of it (``pip install 'rlvr-actor[env]'``)."""
+
+    # The environment's id, as verifiers.load_environment takes it (an installed module, or one on sys.path).
+    env_id: str
+    # Keyword arguments of its load_environment().
+    env_args: dict[str, Any] = {}
+    # Held-out tasks: "eval_dataset" (the environment's own), or "holdout" (a share of its dataset).
+    heldout: Literal["eval_dataset", "holdout"] = "holdout"
+    # Records held out when heldout = "holdout".
+    holdout: Holdout = 0
+    # Assistant turns at most per episode.
+    max_turns: Annotated[int, Meta(ge=1, le=256)] = 8
+    # Tokens an episode may hold after its prompt.
+    max_tokens: Annotated[int, Meta(ge=1)] = 4096
+    # Built-in tools offered next to the environment ("python", "calculator"), sandboxed.
+    tools: tuple[str, ...] = ()
+    # The rows' prompts are chat messages already.
+    prompt_style: Literal["bare", "chat"] = "chat"
+
+
+DatasetConfig = ArithmeticDataset | JsonlDataset | HFDataset | BuiltinDataset | ReasoningGymDataset | VerifiersDataset
 
 __all__ = [
     "ArithmeticDataset", "BuiltinDataset", "DatasetConfig", "HFDataset", "JsonlDataset", "PromptStyle",
-    "ReasoningGymDataset", "ReasoningGymTask", "RecordDataset",
+    "ReasoningGymDataset", "ReasoningGymTask", "RecordDataset", "VerifiersDataset",
 ]

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import msgspec
 
 from rlvr.learner.dataset_config import (
-    ArithmeticDataset, BuiltinDataset, DatasetConfig, HFDataset, JsonlDataset, ReasoningGymDataset,
+    ArithmeticDataset, BuiltinDataset, DatasetConfig, HFDataset, JsonlDataset, ReasoningGymDataset, VerifiersDataset,
 )
 from rlvr.learner.dataset_records import DatasetError, hf_specs, jsonl_specs, read_file, render_prompt
 from rlvr.protocol import SamplingParams, Task, VerifierSpec
@@ -122,6 +122,11 @@ def _load(cfg: DatasetConfig, seed: int) -> Splits:
             from rlvr.learner.dataset_rgym import reasoning_gym_splits
 
             return reasoning_gym_splits(cfg, seed)
+        case VerifiersDataset():
+            from rlvr.learner.dataset_vf import verifiers_specs
+
+            train, held = verifiers_specs(cfg)
+            return Splits(train, held) if held is not None else _split(train, cfg.holdout, seed)
     raise DatasetError(f"unknown dataset config {cfg!r}")
 
 

@@ -59,13 +59,13 @@ class RolloutActor:
         return self.engine.weights_version
 
     async def run(self, ctx: ActorContext) -> None:
+        from rlvr.rollout.builtin_tools import use_sandbox
         from rlvr.rollout.envs.registry import load_environments
-        from rlvr.rollout.envs.tool_env import ToolsEnvironment
         from rlvr.rollout.weights_sync import WeightsWatcher
 
         self.ctx = ctx
         load_environments(self.cfg.environments)  # a bad plug-in stops the replica here, naming it
-        ToolsEnvironment.sandbox = self.cfg.sandbox
+        use_sandbox(self.cfg.sandbox)
         await self.engine.start()
         log.info("engine_ready", engine=self.cfg.engine.__struct_config__.tag)
         try:

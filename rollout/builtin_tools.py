@@ -9,8 +9,10 @@
   process. The tool's answer is the program's stdout (and stderr, and how it
   ended when it did not end well).
 
-``builtin_tools(sandbox_cfg)`` gives them by name; an environment offers the
-ones its params list (the ``tools`` environment: ``tools = ["calculator"]``).
+``builtin_tools()`` gives them by name; an environment offers the ones its
+params list (the ``tools`` environment: ``tools = ["calculator"]``). The
+rollout sets the python tool's sandbox from ``[rollout.sandbox]`` at start
+(``use_sandbox``).
 """
 
 from __future__ import annotations
@@ -100,8 +102,18 @@ def python_tool(cfg: SandboxConfig) -> Tool:
     return tool(python, timeout_s=limits.wall_s + 30.0)
 
 
-def builtin_tools(sandbox: SandboxConfig) -> dict[str, Tool]:
-    return {"calculator": calculator, "python": python_tool(sandbox)}
+_sandbox = SandboxConfig()
 
 
-__all__ = ["CalculatorInputError", "builtin_tools", "calculator", "evaluate", "python_tool"]
+def use_sandbox(cfg: SandboxConfig) -> None:
+    """The sandbox the built-in python tool runs in (the rollout sets it from [rollout.sandbox] at start)."""
+    global _sandbox
+    _sandbox = cfg
+
+
+def builtin_tools(sandbox: SandboxConfig | None = None) -> dict[str, Tool]:
+    """The built-in tools by name; python in ``sandbox`` (default: the rollout's)."""
+    return {"calculator": calculator, "python": python_tool(sandbox or _sandbox)}
+
+
+__all__ = ["CalculatorInputError", "builtin_tools", "calculator", "evaluate", "python_tool", "use_sandbox"]

@@ -92,9 +92,14 @@ async def run_episode(engine: Any, task: Task, index: int, settings: EpisodeSett
     spec: EnvSpec = task.env  # type: ignore[assignment]
     env_cls = get_environment(spec.name)  # an unknown name raises: the task is refused, not the episode
     params = convert_params(env_cls, spec.params)
+    state = _State(spec.name)
+    try:
+        env_cls.load_shared(params)
+    except Exception as e:  # its own code: the episode ends saying what failed
+        state.end, state.detail = "env_error", f"load_shared() raised {type(e).__name__}: {e}"[:2000]
+        return _result(task, None, state)
     etask = EpisodeTask(task.task_id, task.index, index, task.prompt, task.record, task.dataset, episode_seed(task))
     codec = engine.chat_codec()
-    state = _State(spec.name)
     thread = EnvThread(f"{task.task_id}/{index}")
     env = None
     transcript: Transcript | None = None

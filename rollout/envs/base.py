@@ -96,6 +96,14 @@ class Environment:
         self.params = params
         self.task = task
 
+    @classmethod
+    def load_shared(cls, params: Any) -> None:
+        """Load what every episode with these params shares (a model, a dataset), once: it
+        runs on the rollout's main thread before an episode's environment is made (libraries
+        that install signal handlers need that thread), so it must be quick after its first
+        call. Does nothing by default."""
+        return None
+
     async def reset(self) -> list[Message]:
         """Messages after the task's prompt, before the first turn (none by default)."""
         return []

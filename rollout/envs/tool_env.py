@@ -10,13 +10,10 @@ environment itself gives no reward. ``python`` runs in the sandbox of
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from msgspec import Struct
 
 from rlvr.rollout.builtin_tools import builtin_tools
 from rlvr.rollout.envs.base import AssistantTurn, Environment, EpisodeTask, StepResult
-from rlvr.sandbox.config import SandboxConfig
 
 
 class ToolsParams(Struct, frozen=True, forbid_unknown_fields=True):
@@ -26,12 +23,10 @@ class ToolsParams(Struct, frozen=True, forbid_unknown_fields=True):
 
 class ToolsEnvironment(Environment):
     Params = ToolsParams
-    # Set by the rollout at start from [rollout.sandbox] (the python tool's sandbox).
-    sandbox: ClassVar[SandboxConfig] = SandboxConfig()
 
     def __init__(self, params: ToolsParams, task: EpisodeTask) -> None:
         super().__init__(params, task)
-        available = builtin_tools(self.sandbox)
+        available = builtin_tools()
         unknown = [t for t in params.tools if t not in available]
         if unknown:
             raise ValueError(f"unknown built-in tools {unknown} (there are: {', '.join(sorted(available))})")

@@ -133,10 +133,10 @@ def test_tool_calls_are_run_and_answered_and_failures_are_told_to_the_model_and_
 
 
 def test_the_python_tool_runs_model_written_code_in_the_sandbox_not_in_the_rollout():
-    from rlvr.rollout.envs.tool_env import ToolsEnvironment
+    from rlvr.rollout.builtin_tools import use_sandbox
     from rlvr.sandbox.config import SandboxConfig
 
-    ToolsEnvironment.sandbox = SandboxConfig()
+    use_sandbox(SandboxConfig())
     code = "import os; print(6 * 7, os.getpid() != %d)" % __import__("os").getpid()
     engine = ScriptedEngine([
         '<tool_call>{"name": "python", "arguments": {"code": "%s"}}</tool_call>' % code.replace('"', '\\"'),
