@@ -122,7 +122,8 @@ class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
 def sample_meaning(sample: Sample) -> bytes:
     """What makes two copies of a sample the same slot of the same task: every
     field the task fixed, none the generation produced (the completion, its
-    text and finish reason, the policy versions, the replica, the timings).
+    text and finish reason, the policy versions, the replica, the timings, and
+    a multi-turn episode's turns).
 
     A task is generated at least once: a rollout replica that dies (or whose
     nats-server dies) after publishing a group but before acking its task has
@@ -143,6 +144,7 @@ def sample_meaning(sample: Sample) -> bytes:
             policy_version_max=0,
             replica="",
             timings=Timings(),
+            episode=None,  # an episode generated again takes other turns
         )
     )
 

@@ -165,6 +165,9 @@ def _check_episode(s: Sample) -> None:
     for i, turn in enumerate(e.turns):
         if not last <= turn.start <= turn.end <= n:
             _fail(f"episode.turns[{i}] spans [{turn.start}, {turn.end}), outside the completion or out of order")
+        if turn.end - turn.start > s.sampling.max_tokens:  # each turn, not the episode, is one generation
+            _fail(f"episode.turns[{i}] has {turn.end - turn.start} tokens, more than sampling.max_tokens="
+                  f"{s.sampling.max_tokens}")
         if not s.policy_version <= turn.policy_version <= s.policy_version_max:
             _fail(f"episode.turns[{i}].policy_version {turn.policy_version} is outside the sample's versions")
         last = turn.end
@@ -245,7 +248,7 @@ def check_sample(s: Sample) -> None:
     check_sampling(s.sampling)
     _check_prompt(s.prompt)
     check_record(s.record)
-    if len(s.completion.ids) > s.sampling.max_tokens:
+    if s.episode is None and len(s.completion.ids) > s.sampling.max_tokens:
         _fail(f"completion has {len(s.completion.ids)} tokens, more than sampling.max_tokens={s.sampling.max_tokens}")
     t = s.timings
     _finite("timings.queued_s", t.queued_s, 0.0)

@@ -20,13 +20,28 @@ from rlvr.protocol import (
     decode,
     encode,
 )
+from rlvr.protocol import Completion, EnvSpec, Episode, Turn
+from rlvr.protocol.validate import MessageInvalidError, check_sample
 from tests.factories import make_sample, make_scored, make_task
+
+
+def make_episode_sample() -> Sample:
+    """A two-turn episode: the policy's 2 tokens, the environment's 3, the policy's 2."""
+    s = make_sample(n=4)
+    return msgspec.structs.replace(
+        s, completion=Completion([5, 6, 7, 8, 9, 10, 11], [-0.1, -0.2, 0.0, 0.0, 0.0, -0.3, -0.4], [1, 1, 0, 0, 0, 1, 1]),
+        policy_version=2, policy_version_max=3,
+        episode=Episode("calc", [Turn(0, 2, 2), Turn(5, 7, 3)], "done", turn_rewards=[0.0, 1.0], env_reward=1.0,
+                        tool_calls={"calculator": 1}, transcript=[["user", "2+3="], ["assistant", "="]]),
+    )
 
 EVERY_MESSAGE = [
     make_task(),
     make_task(prompt=[ChatMessage("system", "be brief"), ChatMessage("user", "2+3=")]),  # type: ignore[arg-type]
     make_sample(),
     make_scored(),
+    make_task(env=EnvSpec("tools", {"tools": ["python"]}, max_turns=3), record={"extra_info": {"index": 7}}),
+    make_episode_sample(),
     WeightsAnnouncement(run="t", version=3, step=30, transport="object_store", location="rlvr-t-weights",
                         files=[WeightFile("v3/model.safetensors", "ab" * 32, 1234)], dtype="bfloat16",
                         bytes=1234, created_at=1.0, tied_embeddings=True),
@@ -50,6 +65,35 @@ def test_old_form_without_later_fields_decodes_with_defaults():
         old.pop(later, None)
     sample = decode(msgspec.msgpack.encode(old), Sample)
     assert sample.purpose == "train" and sample.v == 1 and sample.level is None
+
+
+def test_a_single_turn_sample_of_before_episodes_decodes_as_an_episode_of_one_turn():
+    old = msgspec.to_builtins(make_sample())
+    old["completion"] = old["completion"][:2]  # an array_like Completion of ids and log-probs only
+    for later in ("episode", "prompt", "record"):
+        old.pop(later, None)
+    sample = decode(msgspec.msgpack.encode(old), Sample)
+    assert sample.completion.mask == [] and sample.episode is None
+    assert sample.completion.policy_tokens() == len(sample.completion.ids)
+
+
+def test_an_episode_sample_is_checked_turn_by_turn():
+    good = make_episode_sample()
+    check_sample(good)
+    assert good.completion.policy_tokens() == 4
+    r = msgspec.structs.replace
+    bad = [
+        (r(good, completion=r(good.completion, mask=[1, 1, 0])), "completion.mask has 3 entries"),
+        (r(good, completion=r(good.completion, mask=[0] * 7)), "marks no token as the policy's"),
+        (r(good, completion=r(good.completion, mask=[1, 2, 0, 0, 0, 1, 1])), "values other than 0 and 1"),
+        (r(good, episode=r(good.episode, turns=[Turn(0, 9, 2)])), "outside the completion"),
+        (r(good, episode=r(good.episode, turns=[Turn(5, 7, 3), Turn(0, 2, 2)])), "out of order"),
+        (r(good, episode=r(good.episode, turns=[Turn(0, 2, 9)])), "outside the sample's versions"),
+        (r(good, episode=r(good.episode, env_reward=float("nan"))), "episode.env_reward must be finite"),
+    ]
+    for sample, says in bad:
+        with pytest.raises(MessageInvalidError, match=says):
+            check_sample(sample)
 
 
 def test_new_form_with_unknown_fields_decodes():
