@@ -250,10 +250,12 @@ def micro_batch_plan(items: Sequence[TrainBatchItem], max_tokens: int, *, packed
     return pack_by_sum(lengths, max_tokens) if packed else pack_by_tokens(lengths, max_tokens)
 
 
-def sft_items(pairs: Sequence[tuple[list[int], list[int]]]) -> list[TrainBatchItem]:
-    """(prompt, response) pairs as items; the loss mask covers the response only."""
+def sft_items(pairs: Sequence[tuple]) -> list[TrainBatchItem]:
+    """(prompt, response) pairs as items; the loss mask covers the response only. A
+    (prompt, response, mask) triple is a multi-turn transcript: only its 1s are targets."""
     return [
-        TrainBatchItem(list(p), list(r), [0.0] * len(r), 0.0, f"sft/{i}") for i, (p, r) in enumerate(pairs)
+        TrainBatchItem(list(p[0]), list(p[1]), [0.0] * len(p[1]), 0.0, f"sft/{i}", list(p[2]) if len(p) > 2 else [])
+        for i, p in enumerate(pairs)
     ]
 
 

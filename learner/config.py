@@ -80,6 +80,12 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
     sft_warmup_steps: Annotated[int, Meta(ge=0)] = 50
     # Held-out prompts the greedy check uses.
     sft_check_prompts: PositiveInt = 200
+    # Operators of the warm-up's problems (empty: the dataset's own).
+    sft_ops: tuple[Literal["+", "-", "*"], ...] = ()
+    # Share of warm-up problems written as a calculator episode instead of a direct answer:
+    # the model asks ("="), the calculator answers ("82="), the model copies it. Non-zero
+    # gives the model's tokenizer the episode chat template (examples/calculator.toml).
+    tool_share: Annotated[float, Meta(ge=0, le=1)] = 0.0
 
 
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):

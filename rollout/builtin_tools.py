@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from typing import Any
 
 from rlvr.rollout.tools import Tool, tool
@@ -41,8 +42,10 @@ def evaluate(expression: str) -> int | float:
     """The value of an arithmetic expression; ``CalculatorInputError`` saying why not."""
     if len(expression) > _MAX_CHARS:
         raise CalculatorInputError(f"expression longer than {_MAX_CHARS} characters")
+    text = expression.strip().rstrip("=").replace("×", "*").replace("^", "**")
+    text = re.sub(r"(?<![\d.])0+(?=\d)", "", text)  # "37*04": leading zeros are not Python, but are numbers
     try:
-        tree = ast.parse(expression.strip().replace("×", "*").replace("^", "**"), mode="eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError:
         raise CalculatorInputError(f"not an arithmetic expression: {expression!r}") from None
     return _value(tree.body, 0)

@@ -32,6 +32,7 @@ ACK_WAIT_S = 2.0
 BUS = {"ack_wait_s": ACK_WAIT_S, "heartbeat_every_s": 0.5, "nak_delay_s": 0.2, "drain_timeout_s": 2.0,
        "fetch_timeout_s": 0.3, "scored_max_bytes": 16 << 20, "dead_max_bytes": 8 << 20, "topology_wait_s": 120.0}
 INJECTED_K = 10**6  # task numbers of messages the runner injects: the feeder never reaches them
+EPISODES = "bench.chaos.episodes:Quiz"  # the run's multi-turn environment
 
 
 def failure_of(log: str) -> str:
@@ -85,9 +86,12 @@ class Scenario:
             "learn": {"group_size": 4, "groups_per_step": 1, "steps": 1_000_000, "max_staleness": 1000,
                       "dynamic_sampling": False, "checkpoint_every": 3, "max_inflight_tasks": 4,
                       "group_timeout_s": 12.0, "lease_ttl_s": 2.0, "out_dir": str(self.out),
+                      # Every task an episode of 1 to 3 turns (bench/chaos/episodes.py), scored by its environment.
+                      "dataset": {"kind": "arithmetic", "verifier": {"name": "env"},
+                                  "env": {"name": EPISODES, "max_turns": 4}},
                       **self.learn_extra, **(learn or {})},
             "rollout": {"engine": {"kind": "trivial", "accuracy": 0.5}, "max_inflight_tasks": 4,
-                        "in_progress_every_s": 0.5},
+                        "in_progress_every_s": 0.5, "environments": [EPISODES], "env_timeout_s": 10.0},
             "verify": {"pool_size": 1, "warm_verifiers": [], "concurrency": 4},
         }
         return self.sk.write_config(name, cfg)

@@ -29,9 +29,16 @@ from pathlib import Path
 CHARS = "0123456789+-*="
 PAD, EOS = "<pad>", "<eos>"
 VOCAB_SIZE = 64
+# The multi-turn examples' chat template (examples/calculator.toml): every message is
+# its content, an assistant turn ends with EOS, and there is no generation prompt, so
+# "37*4=" + a turn "=" + the calculator's "148=" + a turn "148" is "37*4==<eos>148=148<eos>".
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['content'] }}{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
+    "{% endfor %}"
+)
 
 
-def build_tokenizer():
+def build_tokenizer(chat: bool = False):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -40,11 +47,15 @@ def build_tokenizer():
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")
+    if chat:
+        fast.chat_template = CHAT_TEMPLATE
+    return fast
 
 
 def build_arith_model(
-    out_dir: Path, *, hidden: int = 128, layers: int = 3, heads: int = 4, seed: int = 0, tie_embeddings: bool = False
+    out_dir: Path, *, hidden: int = 128, layers: int = 3, heads: int = 4, seed: int = 0, tie_embeddings: bool = False,
+    chat: bool = False,
 ) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
@@ -53,7 +64,7 @@ def build_arith_model(
         raise ValueError(f"head size {hidden}/{heads} is not one vLLM's CPU attention supports")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(chat)
     config = Qwen2Config(
         vocab_size=VOCAB_SIZE,
         hidden_size=hidden,

@@ -31,3 +31,44 @@ def greedy_completions(model, tokenizer, prompts: list[str], max_new_tokens: int
 def greedy_accuracy(model, tokenizer, prompts: list[str], golds: list[str], max_new_tokens: int) -> float:
     answers = greedy_completions(model, tokenizer, prompts, max_new_tokens)
     return sum(a.strip() == g for a, g in zip(answers, golds, strict=True)) / max(1, len(golds))
+
+
+@torch.no_grad()
+def greedy_from_ids(model, tokenizer, rows: list[list[int]], max_new_tokens: int) -> list[str]:
+    """Greedy completions of token-id prompts (left-padded into one batch)."""
+    was_training = model.training
+    model.eval()
+    try:
+        width = max(len(r) for r in rows)
+        pad = tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)
+        return tokenizer.batch_decode(gen[:, width:], skip_special_tokens=True)
+    finally:
+        model.train(was_training)
+
+
+def calculator_episode(tokenizer, prompt: str, gold: str) -> tuple[list[int], list[int], list[int]]:
+    """The calculator protocol's transcript of one solved problem (examples/calculator/calc_env.py):
+    the model asks ("=" then EOS), the calculator answers ("<value>="), the model copies it.
+    (prompt ids, response ids, loss mask: 0 on the calculator's tokens)."""
+    ask = tokenizer("=")["input_ids"] + [tokenizer.eos_token_id]
+    reply = tokenizer(f"{gold}=")["input_ids"]
+    answer = tokenizer(gold)["input_ids"] + [tokenizer.eos_token_id]
+    return tokenizer(prompt)["input_ids"], ask + reply + answer, [1] * len(ask) + [0] * len(reply) + [1] * len(answer)
+
+
+def greedy_calculator_accuracy(model, tokenizer, prompts: list[str], golds: list[str], max_new_tokens: int) -> float:
+    """Greedy success on calculator episodes: a first turn of "=" gets the calculator's answer, then a second turn."""
+    first = greedy_from_ids(model, tokenizer, [tokenizer(p)["input_ids"] for p in prompts], max_new_tokens)
+    answers = list(first)
+    asked = [i for i, a in enumerate(first) if a.strip() == "="]
+    if asked:
+        rows = [calculator_episode(tokenizer, prompts[i], golds[i])[0]
+                + tokenizer("=")["input_ids"] + [tokenizer.eos_token_id] + tokenizer(f"{golds[i]}=")["input_ids"]
+                for i in asked]
+        for i, second in zip(asked, greedy_from_ids(model, tokenizer, rows, max_new_tokens), strict=True):
+            answers[i] = second
+    return sum(a.strip() == g for a, g in zip(answers, golds, strict=True)) / max(1, len(golds))

@@ -55,17 +55,21 @@ def prepare_tiny_arithmetic(cfg: PrepareView, run_dir: Path, log=print) -> dict:
     from rlvr.learner.datasets import load_splits
     from rlvr.learner.engine import LearnerEngine
     from rlvr.learner.engine_config import ConstantSchedule, TrainEngineConfig, OptimizerConfig
-    from rlvr.learner.example.greedy import greedy_accuracy
+    from rlvr.learner.example.greedy import calculator_episode, greedy_accuracy, greedy_calculator_accuracy
 
     p = cfg.learn.prepare
     assert p is not None
     started = time.monotonic()
+    tools = p.tool_share > 0
     init_dir = build_arith_model(
         run_dir / "model-init", hidden=p.hidden, layers=p.layers, heads=p.heads, seed=cfg.seed,
-        tie_embeddings=p.tie_embeddings,
+        tie_embeddings=p.tie_embeddings, chat=tools,
     )
     tok = AutoTokenizer.from_pretrained(init_dir)
-    splits = load_splits(cfg.learn.dataset, seed=cfg.seed)
+    dataset = cfg.learn.dataset
+    if p.sft_ops:  # the warm-up's own problems (the calculator example warms up on +/-, learns on products)
+        dataset = msgspec.structs.replace(dataset, ops=p.sft_ops, env=None)
+    splits = load_splits(dataset, seed=cfg.seed)
     golds = lambda specs: [s.reference for s in specs]  # noqa: E731
     check = splits.heldout[: p.sft_check_prompts]
     engine = LearnerEngine(
@@ -80,12 +84,15 @@ def prepare_tiny_arithmetic(cfg: PrepareView, run_dir: Path, log=print) -> dict:
     rng = random.Random(cfg.seed)
     max_new = cfg.learn.sampling.max_tokens
     acc, step = 0.0, 0
+    check_accuracy = greedy_calculator_accuracy if tools else greedy_accuracy
     for step in range(1, p.sft_max_steps + 1):
         batch = rng.sample(splits.train, p.sft_batch)
-        pairs = [(tok(s.prompt)["input_ids"], tok(g)["input_ids"] + [tok.eos_token_id]) for s, g in zip(batch, golds(batch))]
+        pairs = [calculator_episode(tok, s.prompt, g) if tools and rng.random() < p.tool_share
+                 else (tok(s.prompt)["input_ids"], tok(g)["input_ids"] + [tok.eos_token_id])
+                 for s, g in zip(batch, golds(batch))]
         metrics = engine.sft_step(pairs)
         if step % p.sft_check_every == 0:
-            acc = greedy_accuracy(engine.ds.module, tok, [s.prompt for s in check], golds(check), max_new)
+            acc = check_accuracy(engine.ds.module, tok, [s.prompt for s in check], golds(check), max_new)
             log(f"[sft] step {step}  loss {metrics['loss']:.3f}  greedy held-out pass@1 {acc:.3f}")
             if acc >= p.sft_target_pass_at_1:
                 break

@@ -1,0 +1,39 @@
+"""The chaos run's multi-turn episodes: an environment written against the public interface.
+
+Each task's episode asks 1 + (task index mod 3) sums, one per turn, so the
+run mixes one-turn and multi-turn episodes; the trivial engine answers them.
+The reward (the ``env`` verifier) is the share of right answers. A rollout
+killed mid-episode has its task redelivered and the episode generated again:
+the checks are the same as for single completions (nothing lost, nothing
+trained twice).
+"""
+
+from __future__ import annotations
+
+import random
+
+from rlvr.rollout.envs.base import AssistantTurn, Environment, EpisodeTask, StepResult, user
+
+
+class Quiz(Environment):
+    def __init__(self, params, task: EpisodeTask) -> None:
+        super().__init__(params, task)
+        rng = random.Random(task.seed)
+        self.sums = [(rng.randint(1, 50), rng.randint(1, 50)) for _ in range(1 + task.index % 3)]
+        self.asked = 0
+        self.right = 0
+
+    async def reset(self):
+        return [user(self._question())]
+
+    def _question(self) -> str:
+        a, b = self.sums[self.asked]
+        return f"{a}+{b}="
+
+    async def step(self, turn: AssistantTurn) -> StepResult:
+        a, b = self.sums[self.asked]
+        self.right += turn.text.strip() == str(a + b)
+        self.asked += 1
+        if self.asked == len(self.sums):
+            return StepResult(reward=self.right / len(self.sums), done=True)
+        return StepResult(messages=[user(self._question())])
