@@ -19,9 +19,9 @@ def test_an_episode_s_policy_tokens_carry_the_log_probs_of_the_whole_sequence(lo
                                                                               reference):
     v = next(versions)
     loop.run(engine.load_weights(weight_dirs["base"], v))
-    task = Task(run="t", task_id="t-ep", dataset="d", index=0, prompt="Answer each sum.", verifier=VerifierSpec("env"),
-                n=1, sampling=SamplingParams(temperature=1.0, max_tokens=6), policy_version=v, created_at=time.time(),
-                env=EnvSpec("tests.env_fixtures:QuizEnv", {"questions": 3}, max_turns=3, max_tokens=48))
+    task = Task(run="t", task_id="t-ep", dataset="d", index=0, prompt="Add.", verifier=VerifierSpec("env"),
+                n=1, sampling=SamplingParams(temperature=1.0, max_tokens=4), policy_version=v, created_at=time.time(),
+                env=EnvSpec("tests.env_fixtures:QuizEnv", {"questions": 2}, max_turns=2, max_tokens=40))
     r = loop.run(run_episode(engine, task, 0, EpisodeSettings(env_timeout_s=30)))
     e, c = r.episode, r.completion
     assert len(e.turns) >= 2 and e.end_reason in ("done", "max_turns", "token_budget")
