@@ -7,6 +7,7 @@
     rlvr-actor audit --verifier NAME --input cases.jsonl --output verdicts.jsonl
     rlvr-actor eval --checkpoint DIR --data FILE --k 1,8
     rlvr-actor report RUN_DIR
+    rlvr-actor autoscale --role verify --config run.toml   # verifier replicas that follow the backlog
     rlvr-actor config-doc                        # every config option, from the types
 
 Thin on purpose: only argparse, msgspec and the standard library are imported
@@ -29,7 +30,7 @@ ROLES = ("rollout", "verify", "learn")
 # The command as typed -> its module under rlvr.cli.commands.
 COMMANDS = {
     "up": "up", "init": "init", "status": "status", "audit": "audit", "eval": "eval", "report": "report",
-    "config-doc": "config_doc",
+    "config-doc": "config_doc", "autoscale": "autoscale",
 }
 
 

@@ -25,7 +25,7 @@ from rlvr.cli.args import RoleArgs
 
 
 ROLE_SECTIONS = ("rollout", "verify", "learn")
-OTHER_SECTIONS = ("up",)
+OTHER_SECTIONS = ("up", "autoscale")
 
 
 def role_main(args: RoleArgs) -> int:

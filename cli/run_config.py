@@ -1,7 +1,7 @@
 """The whole-run config: one section per role plus the shared ones, read from TOML.
 
-Entry layer only: ``cli``, ``roles`` and ``launcher`` (and the learner's
-preparation step) import this module, because it names every role's section.
+Entry layer only: the commands and ``roles`` import this module, because it
+names every role's section.
 Shared code (the runtime, the bus, consumers) takes only the pieces it needs
 (run id, seed, ``NatsConfig``, ``BusConfig``) from ``rlvr.actors.config``.
 
@@ -23,6 +23,7 @@ from msgspec import Meta, Struct
 from rlvr.actors.config import (
     ConfigError, Seconds, SharedSections, convert_config, read_config,
 )
+from rlvr.cli.autoscale.policy import AutoscaleConfig
 from rlvr.learner.config import LearnConfig
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import VLLMEngineConfig
@@ -56,6 +57,9 @@ class Config(SharedSections, frozen=True, forbid_unknown_fields=True):
     learn: LearnConfig = LearnConfig()
     # `rlvr-actor up` only: run directory, replica counts and the display.
     up: UpConfig = UpConfig()
+    # Verifier replicas that follow the backlog: under `up` when enabled, and
+    # `rlvr-actor autoscale --role verify` (docs/autoscaling.md).
+    autoscale: AutoscaleConfig = AutoscaleConfig()
 
     def __post_init__(self) -> None:
         super().__post_init__()

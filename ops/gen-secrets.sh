@@ -2,7 +2,7 @@
 # Make everything a run's NATS needs for auth and TLS, in one folder:
 #   ca.pem ca-key.pem             a self-signed CA (keep ca-key.pem offline after this)
 #   server-cert.pem server-key.pem the server's certificate, signed by the CA
-#   learn.password rollout.password verify.password ops.password
+#   learn.password rollout.password verify.password ops.password autoscale.password
 #                                 one random password per role user (mode 600)
 #   nats.env                      RLVR_<ROLE>_PASSWORD=... for the server only
 #   nats.conf accounts.conf       ops/nats/auth-tls.conf and accounts.conf, for RUN
@@ -73,7 +73,7 @@ chmod 644 "$OUT/ca.pem" "$OUT/server-cert.pem"
 
 # Passwords: 32 random bytes, hex (no character NATS config or a shell would mangle).
 : > "$OUT/nats.env"
-for role in learn rollout verify ops; do
+for role in learn rollout verify ops autoscale; do
   pw=$(openssl rand -hex 32)
   printf '%s\n' "$pw" > "$OUT/$role.password"
   upper=$(printf '%s' "$role" | tr '[:lower:]' '[:upper:]')

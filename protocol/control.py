@@ -6,7 +6,7 @@ from typing import Literal
 
 from msgspec import Struct
 
-Role = Literal["rollout", "verify", "learn", "feeder"]
+Role = Literal["rollout", "verify", "learn", "feeder", "autoscale"]
 
 
 class Heartbeat(Struct, frozen=True, tag="heartbeat", omit_defaults=True):
@@ -28,6 +28,8 @@ class Heartbeat(Struct, frozen=True, tag="heartbeat", omit_defaults=True):
     # What this replica is warning about now, one line each (the learner's
     # reward-signal alarms: flat rewards, a verifier that never parses); `status` prints them.
     alerts: list[str] = []
+    # What the sender last did, in words: the autoscaler's last scaling decision and its reason.
+    detail: str = ""
 
 
 class Control(Struct, frozen=True, tag="control", omit_defaults=True):

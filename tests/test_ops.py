@@ -194,7 +194,13 @@ def test_nats_conf_in_k8s_configmap_is_accepted(tmp_path: Path) -> None:
     assert "/etc/nats/auth/" in conf and 'include "auth/accounts.conf"' in conf
     path = tmp_path / "nats.conf"  # the Secret is mounted at auth/ beside it
     path.write_text(conf.replace("/etc/nats/auth/", f"{secrets}/"))
-    out = _conf_test(path, {"POD_NAME": "nats-0", **_env(secrets)})
+    # Only the variables the StatefulSet sets from the Secret: a password the accounts name but
+    # the pod lacks would stop the server at start.
+    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    env_names = {e["name"] for c in sts["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+    given = {k: v for k, v in _env(secrets).items() if k in env_names}
+    assert given.keys() == _env(secrets).keys(), f"nats.yaml does not set {set(_env(secrets)) - env_names}"
+    out = _conf_test(path, {"POD_NAME": "nats-0", **given})
     assert out.returncode == 0, out.stdout + out.stderr
     assert 'RUN_gsm8k-dapo' in (tmp_path / "auth" / "accounts.conf").read_text()
 
@@ -323,3 +329,21 @@ def test_the_shipped_users_run_each_role_s_start_up_and_traffic_over_tls(tmp_pat
         st = anyio.run(collect_status, "demo", NatsConfig(**server.nats_section()), 0.2)
         assert st.policy_version == 1 and st.streams["SCORED"].messages == 1
         assert st.consumers["verify"].ack_pending == 0
+
+
+@needs_yaml
+def test_compose_verify_service_scales_with_docker_compose_up_scale() -> None:
+    # `docker compose up --scale verify=N` needs a service that N containers can
+    # share: no fixed container_name (one name, one container), no fixed host
+    # port (a second container could not bind it), no fixed hostname or
+    # --replica id (each replica's heartbeats and traces need their own: the
+    # default id is <role>-<container hostname>-<pid>).
+    compose = yaml.safe_load((OPS / "compose" / "docker-compose.yml").read_text())
+    verify = compose["services"]["verify"]  # after the YAML merge of x-rlvr-common
+    for key in ("container_name", "ports", "hostname"):
+        assert key not in verify, key
+    assert "--replica" not in verify["command"]
+    # The same durable for every replica: they share the run config, nothing per container.
+    assert "/etc/rlvr/run.toml" in verify["command"] and verify["command"][:2] == ["--role", "verify"]
+    assert isinstance(verify["deploy"]["replicas"], int)  # the default; --scale overrides it
+    assert "docker compose up -d --scale verify=" in (OPS / "compose" / "docker-compose.yml").read_text()

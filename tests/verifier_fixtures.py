@@ -30,3 +30,20 @@ def _gate(completion: str, params: GateParams, ctx: VerifyContext) -> Verdict:
 
 
 gate = Verifier(name="tests.verifier_fixtures:gate", params=GateParams, fn=_gate)
+
+
+class PacedParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    path: str  # while this file exists, each verification costs `seconds`
+    seconds: float = 0.2
+    gold: str = ""
+
+
+def _paced(completion: str, params: PacedParams, ctx: VerifyContext) -> Verdict:
+    # A verification with a cost (a code test that runs for a while), switched off by the test.
+    if os.path.exists(params.path):
+        time.sleep(params.seconds)
+    ok = completion.strip() == params.gold
+    return Verdict(1.0 if ok else 0.0, "ok" if ok else "wrong", "paced", {"accuracy": float(ok)})
+
+
+paced = Verifier(name="tests.verifier_fixtures:paced", params=PacedParams, fn=_paced)

@@ -50,6 +50,7 @@ class ReplicaStatus(msgspec.Struct, frozen=True):
     gauges: dict[str, float]
     counters: dict[str, float]
     alerts: list[str] = []  # what the replica warns about now (the learner's reward-signal alarms)
+    detail: str = ""  # what it last did (the autoscaler's last decision and its reason)
 
 
 class StreamStatus(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -160,7 +161,7 @@ async def collect_status(run: str, nats_cfg: NatsConfig, wait_s: float) -> Statu
             policy_version=version,
             replicas=[
                 ReplicaStatus(hb.role, hb.replica, hb.state, round(now - hb.sent_at, 1), hb.policy_version,
-                              hb.in_flight, dict(hb.gauges), dict(hb.counters), list(hb.alerts))
+                              hb.in_flight, dict(hb.gauges), dict(hb.counters), list(hb.alerts), hb.detail)
                 for hb in sorted(beats.values(), key=lambda h: (h.role, h.replica))
             ],
             streams=streams,
@@ -216,6 +217,16 @@ def sandbox_summary(gauges: dict[str, float]) -> str:
     return f"sandbox level {levels[0]} ({who})"
 
 
+def autoscale_summary(r: ReplicaStatus) -> str:
+    """The autoscaler's line: replicas now and targeted, the backlog, its bounds."""
+    g = r.gauges
+    backlog = f"backlog {g['backlog']:.0f}" if "backlog" in g else "backlog unknown"
+    draining = f", {g['draining']:.0f} draining" if g.get("draining") else ""
+    return (f"{r.replica.removeprefix('autoscale-')} replicas {g.get('replicas', 0):.0f} "
+            f"(target {g.get('target', 0):.0f}, bounds {g.get('min_replicas', 0):.0f}-{g.get('max_replicas', 0):.0f}"
+            f"{draining}), {backlog}")
+
+
 def format_learner(learner: LearnerStatus) -> str:
     lease, progress = learner.lease, learner.progress
     held = (f"lease held by {lease.replica} (pid {lease.pid} on {lease.host}), "
@@ -244,6 +255,10 @@ def format_status(st: StatusSnapshot) -> str:
             lines.append(f"    {faults}")
         if sandbox := sandbox_summary(r.gauges):
             lines.append(f"    {sandbox}")
+        if r.role == "autoscale":
+            lines.append(f"    {autoscale_summary(r)}")
+        if r.detail:
+            lines.append(f"    {r.detail}")
         lines += [f"    ALARM: {alert}" for alert in r.alerts]
     lines += ["", "streams:"]
     lines += [f"  {k:<9} {_fields(v)}" for k, v in st.streams.items()]

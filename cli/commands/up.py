@@ -10,7 +10,10 @@
    SIGTERM (they drain), stop the server, and print the summary.
 
 A child that exits non-zero while the run is going stops the run: ``up``
-says which and where its log is, and exits non-zero itself.
+says which and where its log is, and exits non-zero itself. With
+``[autoscale] enabled``, the verifier replicas belong to the autoscaler
+(``rlvr.cli.autoscale``): it starts them, drains them, and replaces one that
+dies; only replicas that keep failing at start stop the run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from typing import Literal
 
 import msgspec
 
-from rlvr.actors.lifeline import UP_PID_ENV
+from rlvr.cli.autoscale.fleet import Fleet
+from rlvr.cli.autoscale.scaler import Autoscaler
+from rlvr.cli.autoscale.scaler import summary as autoscale_summary
+from rlvr.cli.children import Child, child_env, spawn_role
 from rlvr.cli.natsserver import NatsServer
 from rlvr.cli.run_config import Config, ConfigError, dump_config, load_config
 from rlvr.cli.ui.display import make_display
@@ -49,14 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", help="run id")
     p.add_argument("--run-dir", help="run directory (default: <up.runs_dir>/<run>-<time>)")
     p.add_argument("--display", choices=("auto", "live", "plain", "logs"), help="terminal output")
-
-
-class Child:
-    def __init__(self, role: str, replica: str, proc: subprocess.Popen, log_path: Path) -> None:
-        self.role = role
-        self.replica = replica
-        self.proc = proc
-        self.log_path = log_path
 
 
 class StopRequest(msgspec.Struct):
@@ -97,6 +95,7 @@ def run(args: Args) -> int:
     started = time.monotonic()
     server = NatsServer(run_dir / "nats", log_file=run_dir / "logs" / "nats-server.log").start()
     children: list[Child] = []
+    scaler: Autoscaler | None = None
     code = 0
     try:
         cfg = load_config(path, overrides={**overrides, "nats.url": server.url})
@@ -114,17 +113,23 @@ def run(args: Args) -> int:
         config_file.write_bytes(dump_config(cfg))
         display.info(f"run dir {run_dir}")
         display.info(f"nats-server on {server.url} (store {run_dir / 'nats'})")
-        plan = [("learn", 1), ("rollout", cfg.up.rollout_replicas), ("verify", cfg.up.verify_replicas)]
+        plan = [("learn", 1), ("rollout", cfg.up.rollout_replicas)]
+        if not cfg.autoscale.enabled:
+            plan.append(("verify", cfg.up.verify_replicas))
         for role, count in plan:
             for i in range(count):
                 children.append(_spawn(role, f"{role}-{i}", config_file, run_dir, cfg))
-        display.info("started " + ", ".join(f"{c.replica} (pid {c.proc.pid})" for c in children))
-        code = _supervise(children, stop, display, cfg)
+        if cfg.autoscale.enabled:
+            scaler = _autoscaler(cfg, config_file, run_dir, display)
+        display.info("started " + ", ".join(f"{c.replica} (pid {c.proc.pid})" for c in _running(children, scaler)))
+        code = _supervise(children, stop, display, scaler)
     finally:
-        _stop_all(children, cfg.up.stop_timeout_s, display)
+        if scaler is not None:
+            scaler.stop()
+        _stop_all(_running(children, scaler), cfg.up.stop_timeout_s, display)
         server.stop()
     wall = time.monotonic() - started
-    summary = _write_summary(run_dir, cfg, wall, code)
+    summary = _write_summary(run_dir, cfg, wall, code, scaler)
     if (run_dir / "metrics.jsonl").exists():
         try:
             from rlvr.cli.commands.report import summarize, write_plots
@@ -150,7 +155,7 @@ def _prepare(cfg: Config, run_dir: Path, display, stop: StopRequest) -> Config:
     pre_config = run_dir / "config.pre.json"
     pre_config.write_bytes(dump_config(cfg))
     display.info("preparing the model (tokenizer, tiny Qwen2, cold-start SFT); log in logs/prepare.log")
-    env = _child_env(PYTHONUNBUFFERED="1")
+    env = child_env(PYTHONUNBUFFERED="1")
     if cfg.up.threads_per_process:
         env["OMP_NUM_THREADS"] = str(max(2, cfg.up.threads_per_process))
     with open(run_dir / "logs" / "prepare.log", "wb") as log:
@@ -201,44 +206,33 @@ def _resolve_engine(cfg: Config, display) -> Config:
     return cfg
 
 
-# torch.distributed variables from the calling environment (a test process
-# that built an engine, a torchrun job) would make every child try the same
-# rendezvous port; each `up` child is a single-rank process of its own.
-_DIST_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-
-
-def _child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
-    env[UP_PID_ENV] = str(os.getpid())  # the child follows `up` (actors/lifeline.py)
-    env.update(extra)
-    return env
-
-
 def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Config) -> Child:
-    env = _child_env(RLVR_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1")
     threads = cfg.up.learner_threads if role == "learn" and cfg.up.learner_threads else cfg.up.threads_per_process
-    if threads:
-        n = str(threads)
-        env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)
-    log_path = run_dir / "logs" / f"{replica}.log"
-    log = open(log_path, "ab")  # noqa: SIM115 (handed to the child)
-    proc = subprocess.Popen(
-        # -P: the working directory never lands on the role's sys.path (a .py file there would shadow imports).
-        [sys.executable, "-P", "-m", "rlvr.cli",
-         "--role", role, "--config", str(config_file), "--replica", replica],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    log.close()
-    return Child(role, replica, proc, log_path)
+    return spawn_role(role, replica, config_file, run_dir / "logs", threads=threads,
+                      extra_env={"RLVR_RUN_DIR": str(run_dir)})
 
 
-def _supervise(children: list[Child], stop: StopRequest, display, cfg: Config) -> int:
+def _autoscaler(cfg: Config, config_file: Path, run_dir: Path, display) -> Autoscaler:
+    """The verifier replicas under an autoscaler: it starts them and owns them."""
+    a = cfg.autoscale
+    fleet = Fleet(lambda name: _spawn("verify", name, config_file, run_dir, cfg), role="verify",
+                  drain_deadline_s=cfg.bus.drain_timeout_s + 10)
+    fleet.start(min(a.max_replicas, max(a.min_replicas, cfg.up.verify_replicas)))
+    return Autoscaler(a, fleet, run=cfg.run, nats_cfg=cfg.nats, heartbeat_every_s=cfg.bus.heartbeat_every_s,
+                      events_path=run_dir / "autoscale.jsonl", say=display.info).start()
+
+
+def _running(children: list[Child], scaler: Autoscaler | None) -> list[Child]:
+    return children + (scaler.fleet.running() if scaler else [])
+
+
+def _supervise(children: list[Child], stop: StopRequest, display, scaler: Autoscaler | None) -> int:
+    """Until the learner is done: a fixed child that exits stops the run. Verifier
+    replicas under an autoscaler are its own (it replaces one that dies), unless
+    they keep failing at start, which stops the run too."""
     learner = next(c for c in children if c.role == "learn")
     while stop.signal is None:
-        display.tick(children)
+        display.tick(_running(children, scaler))  # a drained replica leaves the view
         rc = learner.proc.poll()
         if rc is not None:
             if rc != 0:
@@ -249,6 +243,9 @@ def _supervise(children: list[Child], stop: StopRequest, display, cfg: Config) -
             if rc is not None and c is not learner:
                 display.error(f"{c.replica} exited with {rc} while the run was going; see {c.log_path}")
                 return rc or 1
+        if scaler is not None and scaler.fatal:
+            display.error(f"autoscaler: {scaler.fatal}")
+            return 1
         time.sleep(0.5)
     display.info(f"received {signal.Signals(stop.signal).name}: stopping every role")
     return 0
@@ -270,7 +267,7 @@ def _stop_all(children: list[Child], timeout_s: float, display) -> None:
         display.info(f"{c.replica} exited with {c.proc.returncode}")
 
 
-def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int) -> dict:
+def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int, scaler: Autoscaler | None) -> dict:
     learner = run_dir / "learner_summary.json"
     summary = json.loads(learner.read_text()) if learner.exists() else {}
     summary.update(
@@ -279,5 +276,7 @@ def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int) -> dict:
         wall_seconds=round(wall, 1),
         exit_code=code,
     )
+    if scaler is not None:
+        summary["autoscale"] = autoscale_summary(scaler)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

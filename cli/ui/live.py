@@ -9,7 +9,8 @@ One compact panel, redrawn on every ``tick`` of the launcher:
   (from the learner's ``metrics.jsonl``);
 - one row per replica: state, policy version, work in flight and throughput
   (from heartbeats), or the process state while none has been heard;
-- queue depths: messages per stream, and lag / unacked per durable consumer.
+- queue depths: messages per stream, and lag / unacked per durable consumer;
+- with an autoscaler, its replica count, target, backlog and last decision.
 
 Heartbeats and stream info come from ``rlvr.cli.commands.status.collect_status``,
 run every couple of seconds in a background thread against the run's NATS
@@ -41,7 +42,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlvr.cli.commands.status import DURABLES as QUEUES
-from rlvr.cli.commands.status import ConsumerStatus, StatusSnapshot, StreamStatus
+from rlvr.cli.commands.status import ConsumerStatus, StatusSnapshot, StreamStatus, autoscale_summary
 from rlvr.cli.ui.display import PlainDisplay, format_record, format_summary
 
 
@@ -189,10 +190,22 @@ def _queues(s: LiveState) -> Text:
     return t
 
 
+def _autoscale(s: LiveState) -> list[Text]:
+    """The autoscaler's line and its last decision, from its heartbeat."""
+    out = []
+    for r in s.status.replicas if s.status else []:
+        if r.role == "autoscale":
+            t = Text("autoscale  ", style="dim").append(autoscale_summary(r), style="bold")
+            out.append(t)
+            if r.detail:
+                out.append(Text(f"  {r.detail}", style="dim"))
+    return out
+
+
 def render_panel(s: LiveState, progress: Progress) -> Panel:
     """The whole panel for one state (pure: no I/O)."""
     title = f"rlvr-actor up · run {s.run or '?'}"
-    parts = [progress, _headline(s), _replica_table(s), _queues(s)]
+    parts = [progress, _headline(s), _replica_table(s), _queues(s), *_autoscale(s)]
     if s.evaluating:
         parts.insert(2, Text(f"held-out evaluation {s.evaluating} ...", style="cyan"))
     if s.waiting:

@@ -22,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 NATS_SERVER = Path(sys.executable).parent / "nats-server"
-ROLES = ("learn", "rollout", "verify", "ops")
+ROLES = ("learn", "rollout", "verify", "ops", "autoscale")
 
 
 class AuthServer:

@@ -41,6 +41,9 @@ ACTIONS: list[tuple[str, str, str, dict | None]] = [
     ("publish weights announcements", "pub", f"rlvr.{RUN}.weights", None),
     ("publish control", "pub", f"rlvr.{RUN}.control", None),
     ("read heartbeats", "sub", f"rlvr.{RUN}.status.>", None),
+    ("read the verifiers' heartbeats", "sub", f"rlvr.{RUN}.status.verify.>", None),
+    ("read the verifiers' backlog (consumer info)", "pub", f"$JS.API.CONSUMER.INFO.RLVR_{RUN}_ROLLOUTS.verify", None),
+    ("publish an autoscaler heartbeat", "pub", f"rlvr.{RUN}.status.autoscale.autoscale-verify", None),
     ("listen to scored directly (core subscribe)", "sub", f"rlvr.{RUN}.scored", None),
     ("read another user's replies (its inbox)", "sub", "_INBOX.{other}.>", None),
     ("create a new stream", "pub", f"$JS.API.STREAM.CREATE.RLVR_{RUN}_EVIL",
@@ -79,6 +82,9 @@ EXPECTED: dict[str, set[str]] = {  # action -> the roles allowed to do it; every
     "publish rollouts": {"rollout"},
     "publish scored": {"verify"},
     "read heartbeats": {"learn", "ops"},
+    "read the verifiers' heartbeats": {"learn", "ops", "autoscale"},
+    "read the verifiers' backlog (consumer info)": {"learn", "verify", "ops", "autoscale"},
+    "publish an autoscaler heartbeat": {"autoscale"},
     "pull from the verifiers' durable": {"verify"},
     "pull from the rollouts' durable": {"rollout"},
     "read the policy version (KV)": {"learn", "ops"},
@@ -145,7 +151,7 @@ async def _try(nc, violations: _Violations, kind: str, subject: str, payload: di
 async def _matrix(server: AuthServer) -> dict[str, set[str]]:
     allowed: dict[str, set[str]] = {name: set() for name, *_ in ACTIONS}
     # learn last: what it may do includes deleting what the others' attempts target.
-    for role in ("ops", "verify", "rollout", "learn"):
+    for role in ("ops", "autoscale", "verify", "rollout", "learn"):
         violations = _Violations()
         nc = await connect_as(server, role, error_cb=violations.on_error)
         try:
@@ -166,7 +172,8 @@ def _markdown(allowed: dict[str, set[str]]) -> str:
         "Checked against a live nats-server by `tests/actors/test_auth_matrix.py`, after the roles' real",
         "start-up (`rlvr-actor init` as `learn`, then a verifier and a rollout binding their durables):",
         "`allowed` means the server accepted the action, `refused` that it answered with a permissions",
-        "violation. `ops` is the read-only user of `rlvr-actor status`.",
+        "violation. `ops` is the read-only user of `rlvr-actor status`; `autoscale` reads the verifiers'",
+        "backlog and heartbeats and publishes its own (`rlvr-actor autoscale`, `up` with `[autoscale]`).",
         "",
         "| action | " + " | ".join(ROLES) + " |",
         "| --- | " + " | ".join("---" for _ in ROLES) + " |",

@@ -163,3 +163,23 @@ def test_status_poller_never_raises_on_a_bad_config(tmp_path):
     poller = StatusPoller(tmp_path / "missing.json").start()
     poller.stop()
     assert "does not exist" in poller.error and poller.latest is None
+
+
+def test_the_panel_and_status_show_the_autoscaler_count_target_backlog_and_last_decision():
+    from rlvr.cli.commands.status import format_status
+
+    scaler = {"role": "autoscale", "replica": "autoscale-verify", "state": "running", "age_s": 0.5,
+              "policy_version": 0, "in_flight": 0, "counters": {"scale_ups": 1.0},
+              "gauges": {"replicas": 2.0, "target": 3.0, "backlog": 140.0, "draining": 1.0,
+                         "min_replicas": 1.0, "max_replicas": 4.0},
+              "detail": "last change 12:00:01: up 2 -> 3: backlog 140 > 64 per replica x 2 (busy 100%)"}
+    raw = msgspec.to_builtins(STATUS)
+    raw["replicas"].append(scaler)
+    st = msgspec.convert(raw, StatusSnapshot)
+    console = _console()
+    console.print(render_panel(LiveState(run="demo", status=st), make_progress(console)))
+    panel = console.export_text()
+    line = "verify replicas 2 (target 3, bounds 1-4, 1 draining), backlog 140"
+    assert line in panel and "up 2 -> 3: backlog 140 > 64 per replica x 2" in panel
+    text = format_status(st)
+    assert line in text and "last change 12:00:01: up 2 -> 3" in text
