@@ -33,6 +33,8 @@ model does with the tensors (engine.py).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -51,6 +53,9 @@ class TrainBatchItem(msgspec.Struct, frozen=True):
     # A multi-turn episode's loss mask (Completion.mask): 1 on the policy's tokens, 0 on the
     # environment's, which never count (loss, KL, entropy, denominators). Empty: all the policy's.
     completion_mask: list[int] = []
+    # Token-level credit (process rewards, per-turn rewards: learner/algos/process.py): one
+    # advantage per completion token, in place of ``advantage``. Empty: ``advantage`` everywhere.
+    token_advantages: list[float] = []
 
     def targets(self) -> list[bool]:
         """Which completion tokens the loss covers."""
@@ -78,7 +83,9 @@ class MicroBatch:
     attention_mask: torch.Tensor  # [R, W] int64, 1 on real tokens
     loss_mask: torch.Tensor  # [B, T-1] bool: target is a completion token
     behaviour_logprobs: torch.Tensor  # [B, T-1] float32, 0 off the loss mask
-    advantages: torch.Tensor  # [B] float32
+    # [B] float32: one per sample; or [B, T-1] float32 per target (0 off the loss mask) when an
+    # item of the micro-batch carries token advantages. The loss takes either.
+    advantages: torch.Tensor
     sample_ids: tuple[str, ...]
     # Packed only: [1, W] int64 positions, restarting at 0 for each sample
     # (None: padded rows, the model numbers positions itself).
@@ -127,6 +134,12 @@ def check_item(item: TrainBatchItem) -> None:
         raise TrainItemMalformedError(
             f"{item.sample_id}: {len(item.behaviour_logprobs)} behaviour log-probs "
             f"for {len(item.completion_ids)} completion tokens"
+        )
+    if item.token_advantages and (len(item.token_advantages) != len(item.completion_ids)
+                                  or not all(math.isfinite(a) for a in item.token_advantages)):
+        raise TrainItemMalformedError(
+            f"{item.sample_id}: {len(item.token_advantages)} token advantages for {len(item.completion_ids)} "
+            "completion tokens, or a non-finite one"
         )
     if item.completion_mask and (len(item.completion_mask) != len(item.completion_ids) or not any(item.completion_mask)):
         raise TrainItemMalformedError(
@@ -180,6 +193,19 @@ def pack_by_sum(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return groups
 
 
+def _advantages(items: Sequence[TrainBatchItem], targets: int) -> torch.Tensor:
+    """[B] when every item has one advantage; else [B, targets], each item's token
+    advantages (or its one advantage) at its completion's target positions."""
+    if not any(it.token_advantages for it in items):
+        return torch.tensor([it.advantage for it in items], dtype=torch.float32)
+    out = torch.zeros((len(items), targets), dtype=torch.float32)
+    for r, it in enumerate(items):
+        p, c = len(it.prompt_ids), len(it.completion_ids)
+        out[r, p - 1 : p + c - 1] = torch.tensor(it.token_advantages, dtype=torch.float32) if it.token_advantages \
+            else it.advantage
+    return out
+
+
 def build_packed_micro_batch(items: Sequence[TrainBatchItem]) -> MicroBatch:
     """One row: the samples concatenated, positions restarting at 0 for each."""
     rows = len(items)
@@ -197,7 +223,7 @@ def build_packed_micro_batch(items: Sequence[TrainBatchItem]) -> MicroBatch:
         attention_mask=torch.ones((1, len(ids)), dtype=torch.int64),
         loss_mask=loss_mask,
         behaviour_logprobs=behaviour,
-        advantages=torch.tensor([it.advantage for it in items], dtype=torch.float32),
+        advantages=_advantages(items, width - 1),
         sample_ids=tuple(it.sample_id for it in items),
         position_ids=torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths]).unsqueeze(0),
     )
@@ -223,7 +249,7 @@ def build_micro_batch(items: Sequence[TrainBatchItem], pad_token_id: int) -> Mic
         attention_mask=attention,
         loss_mask=loss_mask,
         behaviour_logprobs=behaviour,
-        advantages=torch.tensor([it.advantage for it in items], dtype=torch.float32),
+        advantages=_advantages(items, width - 1),
         sample_ids=tuple(it.sample_id for it in items),
     )
 

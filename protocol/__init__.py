@@ -13,7 +13,9 @@ from rlvr.protocol.codec import (
     encode,
 )
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
-from rlvr.protocol.samples import ENV_FAILURES, OUTCOMES, Completion, Episode, Sample, Scored, Timings, Turn, Verdict
+from rlvr.protocol.samples import (
+    ENV_FAILURES, OUTCOMES, Completion, Episode, Sample, Scored, StepScore, Timings, Turn, Verdict,
+)
 from rlvr.protocol.subjects import RunNames, validate_run_id
 from rlvr.protocol.tasks import ChatMessage, EnvSpec, SamplingParams, Task, VerifierSpec
 from rlvr.protocol.validate import MessageInvalidError, check_message, check_token_ids_in_vocab
@@ -35,6 +37,7 @@ __all__ = [
     "Sample",
     "SamplingParams",
     "Scored",
+    "StepScore",
     "Task",
     "Timings",
     "Turn",

@@ -149,6 +149,16 @@ def sample_meaning(sample: Sample) -> bytes:
     )
 
 
+class StepScore(Struct, frozen=True, array_like=True):
+    """One step of a completion, as a step verifier judged it: the step is
+    ``Sample.text[previous end:end]`` (character offsets), its reward, and
+    whether it holds (``ok``: what CoT-pass@k counts)."""
+
+    end: int
+    reward: float
+    ok: bool
+
+
 class Verdict(Struct, frozen=True, omit_defaults=True):
     """A verifier's judgement. Outcomes are data: a timeout is ``timeout``,
     never a silent 0 that looks like a wrong answer."""
@@ -160,6 +170,8 @@ class Verdict(Struct, frozen=True, omit_defaults=True):
     extracted: str | None = None
     latency_s: float = 0.0
     detail: str = ""
+    # A step verifier's per-step scores (process rewards, learner/algos/process.py), in order.
+    steps: list[StepScore] = []
 
 
 class Scored(Struct, frozen=True, tag="scored", omit_defaults=True):
@@ -184,6 +196,7 @@ __all__ = [
     "Outcome",
     "Sample",
     "Scored",
+    "StepScore",
     "Timings",
     "Verdict",
     "sample_meaning",

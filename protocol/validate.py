@@ -58,6 +58,8 @@ MAX_TOKEN_ID = 2**31 - 1
 MAX_ABS_REWARD = 1e6
 # Named reward components in one verdict.
 MAX_COMPONENTS = 64
+# Steps a step verifier may score in one completion.
+MAX_STEPS = 1024
 # A log-prob is <= 0; the small slack absorbs rounding in an engine's
 # log-softmax. Below -1e4 a probability is 0 in any float type: such a
 # value is a bug, and it would make an importance ratio overflow.
@@ -268,11 +270,20 @@ def check_verdict(v: Verdict, path: str = "verdict") -> None:
         _fail(f"{path}.extracted is {len(v.extracted)} characters, more than {MAX_TEXT_CHARS}")
     if len(v.detail) > MAX_TEXT_CHARS:
         _fail(f"{path}.detail is {len(v.detail)} characters, more than {MAX_TEXT_CHARS}")
+    _count(f"{path}.steps", len(v.steps), MAX_STEPS)
+    previous = 0
+    for i, st in enumerate(v.steps):
+        _finite(f"{path}.steps[{i}].reward", st.reward, -MAX_ABS_REWARD, MAX_ABS_REWARD)
+        if st.end <= previous:
+            _fail(f"{path}.steps[{i}].end = {st.end} does not follow the previous step's end {previous}")
+        previous = st.end
 
 
 def check_scored(sc: Scored) -> None:
     check_sample(sc.sample)
     check_verdict(sc.verdict)
+    if sc.verdict.steps and sc.verdict.steps[-1].end > len(sc.sample.text):
+        _fail(f"verdict.steps end at {sc.verdict.steps[-1].end}, past the {len(sc.sample.text)} characters of the text")
     _id("replica", sc.replica, empty_ok=True)
 
 

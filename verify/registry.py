@@ -10,7 +10,8 @@ Names are looked up in two places, in order:
 - verifiers registered in this process: with ``register`` (tests), or as
   plug-ins by ``load_plugins`` (the ``[verify] plugins`` list, imported once
   at start-up, in the actor and in each pool worker);
-- the built-ins (exact, regex, format, composite, math, code, reasoning_gym, env),
+- the built-ins (exact, regex, format, composite, math, code, reasoning_gym, env,
+  arith_steps, math_steps),
   imported lazily so that resolving ``exact`` never imports sympy.
 
 A message never makes this process import anything: a name that is neither
@@ -208,6 +209,18 @@ def _load_env() -> Verifier:
     return ENV
 
 
+def _load_arith_steps() -> Verifier:
+    from rlvr.verify.steps import ARITH_STEPS
+
+    return ARITH_STEPS
+
+
+def _load_math_steps() -> Verifier:
+    from rlvr.verify.steps import MATH_STEPS
+
+    return MATH_STEPS
+
+
 def _load_reasoning_gym() -> Verifier:
     from rlvr.verify.rgym import REASONING_GYM
 
@@ -215,12 +228,14 @@ def _load_reasoning_gym() -> Verifier:
 
 
 _BUILTINS: dict[str, Callable[[], Verifier]] = {
+    "arith_steps": _load_arith_steps,
     "code": _load_code,
     "composite": _load_composite,
     "env": _load_env,
     "exact": _load_exact,
     "format": _load_format,
     "math": _load_math,
+    "math_steps": _load_math_steps,
     "reasoning_gym": _load_reasoning_gym,
     "regex": _load_regex,
 }

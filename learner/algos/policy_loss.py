@@ -59,7 +59,7 @@ class LossInputs:
     logprobs: torch.Tensor  # [B, T], requires grad
     old_logprobs: torch.Tensor  # [B, T]
     behaviour_logprobs: torch.Tensor  # [B, T]
-    advantages: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B] per sequence, or [B, T] per token (process rewards)
     mask: torch.Tensor  # [B, T], 1 on completion tokens that carry loss
     ref_logprobs: torch.Tensor | None = None  # [B, T]
     entropy: torch.Tensor | None = None  # [B, T], for metrics only
@@ -105,7 +105,8 @@ def ppo_clip(inputs: LossInputs, cfg: PolicyLossConfig) -> LossOutputs:
     mask = inputs.mask.to(torch.bool)  # [B, T]
     logp = inputs.logprobs.float()  # [B, T]
     old = inputs.old_logprobs.detach().float()  # [B, T]
-    adv = inputs.advantages.detach().float().unsqueeze(-1)  # [B, 1]
+    adv = inputs.advantages.detach().float()
+    adv = adv.unsqueeze(-1) if adv.dim() == 1 else adv  # [B, 1] per sequence, or [B, T] per token
 
     ratio = torch.exp(torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [B, T]
     pg_unclipped = -adv * ratio  # [B, T]
@@ -115,8 +116,8 @@ def ppo_clip(inputs: LossInputs, cfg: PolicyLossConfig) -> LossOutputs:
 
     dual_clipped = torch.zeros_like(mask)
     if cfg.dual_clip_c is not None:
-        floor = -adv * cfg.dual_clip_c  # [B, 1]: the bound on the loss for A < 0
-        negative = adv < 0  # [B, 1]
+        floor = -adv * cfg.dual_clip_c  # [B, 1] or [B, T]: the bound on the loss for A < 0
+        negative = adv < 0  # [B, 1] or [B, T]
         dual_clipped = negative & (pg > floor)  # [B, T]
         pg = torch.where(negative, torch.minimum(pg, floor), pg)
 
