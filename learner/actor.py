@@ -41,7 +41,7 @@ from rlvr.actors.tracing import remote_span_context, tracer
 from rlvr.learner.alarms import Alarm, SignalWatch
 from rlvr.learner.checkpoint import CheckpointStore, LearnerState
 from rlvr.learner.custody import Custody, span_links
-from rlvr.learner.config import LearnConfig
+from rlvr.learner.config import LearnConfig, train_dataset
 from rlvr.learner.datasets import load_splits
 from rlvr.learner.eval_rounds import Evaluator
 from rlvr.learner.feeder import Feeder
@@ -106,6 +106,9 @@ class LearnActor:
             self.custody = Custody.restored(loaded.ledger, loaded.drops, loaded.outcomes)
         await self._check_retention_gap(ctx)
         splits = await anyio.to_thread.run_sync(functools.partial(load_splits, cfg.dataset, seed=self.seed))
+        if cfg.train_verifier is not None:  # trained on another reward, measured on the dataset's own
+            train = await anyio.to_thread.run_sync(functools.partial(load_splits, train_dataset(cfg), seed=self.seed))
+            splits = msgspec.structs.replace(splits, train=train.train)
         if cfg.engine is not None:
             from rlvr.learner.trainer import Trainer  # torch and DeepSpeed: not for a dry learner
 
@@ -224,6 +227,7 @@ class LearnActor:
             result = filter_group(
                 group, current_version=self.state.version, max_staleness=cfg.max_staleness,
                 dynamic_sampling=cfg.dynamic_sampling, zero_variance_eps=cfg.zero_variance_eps,
+                process=cfg.engine.advantage.process if cfg.engine else "off",
             )
             await self._release(self.custody.filtered(group, result))
             for alarm in self.watch.group(group, result):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import msgspec
 from msgspec import Meta, Struct
 
 from rlvr.learner.dataset_config import (  # noqa: F401 (re-exported: the [learn.dataset] variants)
@@ -26,7 +27,7 @@ from rlvr.learner.dataset_config import (  # noqa: F401 (re-exported: the [learn
 )
 from rlvr.learner.alarms import AlarmConfig
 from rlvr.learner.engine_config import TrainEngineConfig
-from rlvr.protocol.tasks import SamplingParams
+from rlvr.protocol.tasks import SamplingParams, VerifierSpec
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 
@@ -92,6 +93,9 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Where training and held-out prompts come from:
     # kind = "arithmetic" | "jsonl" | "hf" | "builtin" | "reasoning_gym" (docs/datasets.md).
     dataset: DatasetConfig = ArithmeticDataset()
+    # The training tasks' verifier in place of the dataset's (the same form as learn.dataset.verifier);
+    # held-out rounds keep the dataset's. The random-reward control: {name = "random", params = {p = 0.2}}.
+    train_verifier: VerifierSpec | str | None = None
     # Completions per prompt (the GRPO group size G).
     group_size: PositiveInt = 8
     # How rollouts sample training completions ([learn.eval] sets its own temperature).
@@ -147,6 +151,8 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     allow_retention_gap: bool = False
 
     def __post_init__(self) -> None:
+        if self.train_verifier is not None:
+            train_dataset(self)  # the override fits this dataset kind's verifier, or the key is named
         # The learner recomputes log-probs at its engine's temperature; they
         # must be those of the distribution the rollouts sampled from.
         if self.engine is not None and abs(self.engine.temperature - self.sampling.temperature) > 1e-9:
@@ -163,3 +169,15 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
         # max_staleness. (B x (max_staleness + 1) would let half the work go
         # stale by one version more and be dropped.)
         return self.max_inflight_tasks or self.groups_per_step * max(1, self.max_staleness)
+
+
+def train_dataset(cfg: LearnConfig) -> DatasetConfig:
+    """The dataset the training tasks draw from: ``learn.dataset`` with ``learn.train_verifier`` in it."""
+    if cfg.train_verifier is None:
+        return cfg.dataset
+    raw = msgspec.to_builtins(cfg.dataset)
+    raw["verifier"] = msgspec.to_builtins(cfg.train_verifier)
+    try:
+        return msgspec.convert(raw, type(cfg.dataset))
+    except msgspec.ValidationError as e:
+        raise ValueError(f"learn.train_verifier does not fit a {raw.get('kind')} dataset: {e}") from None

@@ -78,6 +78,13 @@ class ArithmeticDataset(PromptStyle, frozen=True, forbid_unknown_fields=True, ta
     ops: tuple[Literal["+", "-", "*"], ...] = ("+", "-")
     # Operands are uniform in [0, max_operand].
     max_operand: Annotated[int, Meta(ge=1)] = 99
+    # Operands per problem: 2 ("12+34="), or a chain of 3-4 computed left to right ("12+34-56=").
+    terms: Annotated[int, Meta(ge=2, le=4)] = 2
+    # A chain's warm-up answer shows its steps as running totals ("12+34=46-56=-10", what the
+    # arith_steps verifier reads with chain = "running"); otherwise the answer alone.
+    show_steps: bool = False
+    # Problems drawn for a chain (terms > 2), whose space is too large to enumerate.
+    chain_problems: Annotated[int, Meta(ge=1)] = 50_000
     # Problems held out for evaluation, removed from training by exact match.
     holdout: Holdout = 500
     # Write operands with leading zeros ("07+45="), so every prompt has the

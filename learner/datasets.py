@@ -158,36 +158,55 @@ def arithmetic_answer(a: int, op: str, b: int) -> int:
 
 
 def _arithmetic(cfg: ArithmeticDataset, seed: int) -> Splits:
-    problems = [
-        (a, op, b) for op in cfg.ops for a in range(cfg.max_operand + 1) for b in range(cfg.max_operand + 1)
-    ]
     rng = random.Random(seed)
-    rng.shuffle(problems)
+    if cfg.terms == 2:
+        problems = [((a, b), (op,)) for op in cfg.ops for a in range(cfg.max_operand + 1)
+                    for b in range(cfg.max_operand + 1)]
+        rng.shuffle(problems)
+    else:  # too many to enumerate: a seeded draw of distinct chains, in draw order
+        seen: dict[tuple, None] = {}
+        for _ in range(cfg.chain_problems * 2):
+            p = (tuple(rng.randint(0, cfg.max_operand) for _ in range(cfg.terms)),
+                 tuple(rng.choice(cfg.ops) for _ in range(cfg.terms - 1)))
+            seen.setdefault(p, None)
+            if len(seen) == cfg.chain_problems:
+                break
+        problems = list(seen)
     width = len(str(cfg.max_operand))
     if cfg.holdout >= len(problems):
         raise DatasetError(f"holdout {cfg.holdout} >= {len(problems)} possible problems")
+    shown_num = (lambda x: f"{x:0{width}d}") if cfg.pad_operands else str
 
-    def prompt(a: int, op: str, b: int) -> str | list[ChatMessage]:
-        if cfg.prompt_style == "chat":
-            shown = {"*": "\\times"}.get(op, op)
-            return render_prompt(cfg.question.replace("{a}", str(a)).replace("{op}", shown).replace("{b}", str(b)), cfg)
-        return f"{a:0{width}d}{op}{b:0{width}d}=" if cfg.pad_operands else f"{a}{op}{b}="
+    def prompt(nums: tuple[int, ...], ops: tuple[str, ...]) -> str | list[ChatMessage]:
+        if cfg.prompt_style == "chat" and len(nums) == 2:
+            shown = {"*": "\\times"}.get(ops[0], ops[0])
+            q = cfg.question.replace("{a}", str(nums[0])).replace("{op}", shown).replace("{b}", str(nums[1]))
+            return render_prompt(q, cfg)
+        text = shown_num(nums[0]) + "".join(op + shown_num(n) for op, n in zip(ops, nums[1:])) + "="
+        return render_prompt(text, cfg) if cfg.prompt_style == "chat" else text
 
-    def spec(i: int, p: tuple[int, str, int]) -> TaskSpec:
-        a, op, b = p
-        gold = str(arithmetic_answer(a, op, b))
+    def spec(i: int, p: tuple[tuple[int, ...], tuple[str, ...]]) -> TaskSpec:
+        nums, ops = p
+        totals = [nums[0]]
+        for op, n in zip(ops, nums[1:]):
+            totals.append(arithmetic_answer(totals[-1], op, n))
+        gold = str(totals[-1])
+        reference = gold
+        if cfg.show_steps and len(nums) > 2:  # "12+34=46-56=-10": each running total, then the next operation
+            reference = f"{shown_num(nums[0])}{ops[0]}{shown_num(nums[1])}=" + "".join(
+                f"{totals[j]}{ops[j]}{shown_num(nums[j + 1])}=" for j in range(1, len(ops))) + gold
         return TaskSpec(
             dataset="arithmetic",
             index=i,
-            prompt=prompt(a, op, b),
+            prompt=prompt(nums, ops),
             verifier=fill_spec(cfg.verifier, gold=gold),
-            level=len(str(max(a, b))),
-            reference=gold,
+            level=len(str(max(nums))),
+            reference=reference,
         )
 
     specs = [spec(i, p) for i, p in enumerate(problems)]
-    # Held-out problems never appear in training: the problem space has no
-    # duplicates, so removing the first `holdout` after the shuffle is exact.
+    # Held-out problems never appear in training: the problem list has no
+    # duplicates, so removing the first `holdout` is exact.
     return Splits(train=specs[cfg.holdout :], heldout=specs[: cfg.holdout])
 
 

@@ -22,7 +22,8 @@ the sum of the drop counters:
   from before it existed, or built in-process) can never crash-loop the
   learner (``statistics.pstdev`` raises on NaN) or reach the weights.
 - ``malformed``: no tokens, or not one behaviour log-prob per token.
-- ``zero_variance``: DAPO dynamic sampling; all rewards in the group equal.
+- ``zero_variance``: DAPO dynamic sampling; all rewards in the group equal (and, with
+  process rewards, all step rewards too).
 - ``partial``: the group did not complete within ``group_timeout_s``.
 
 This module is pure: no NATS, no torch.
@@ -107,6 +108,7 @@ def filter_group(
     max_staleness: int,
     dynamic_sampling: bool,
     zero_variance_eps: float,
+    process: str = "off",
 ) -> FilterResult:
     kept: list[tuple[int, Scored]] = []
     dropped: list[tuple[int, Scored, str]] = []
@@ -129,10 +131,23 @@ def filter_group(
         dropped += [(seq, sc, "partial") for seq, sc in kept]
         return FilterResult([], dropped)
     rewards = [sc.verdict.reward for _, sc in kept]
-    if dynamic_sampling and statistics.pstdev(rewards) <= zero_variance_eps:
+    if dynamic_sampling and statistics.pstdev(rewards) <= zero_variance_eps and not _steps_vary(
+            [sc for _, sc in kept], process, zero_variance_eps):
         dropped += [(seq, sc, "zero_variance") for seq, sc in kept]
         return FilterResult([], dropped)
     return FilterResult(kept, dropped)
+
+
+def _steps_vary(group: list[Scored], process: str, eps: float) -> bool:
+    """With process rewards, a group whose outcomes are all equal still carries signal when
+    its step rewards (a step verifier's, or an episode's per turn) differ."""
+    if process == "steps":
+        flat = [st.reward for sc in group for st in sc.verdict.steps]
+    elif process == "turns":
+        flat = [r for sc in group if sc.sample.episode is not None for r in sc.sample.episode.turn_rewards]
+    else:
+        return False
+    return len(flat) > 1 and statistics.pstdev(flat) > eps
 
 
 def episode_slack(sc: Scored) -> int:

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import functools
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import anyio
-import torch
 
 from rlvr.actors.bus import Bus
-from rlvr.learner.algos.advantages import compute_advantages
 from rlvr.learner.batching import TrainBatchItem, check_item
 from rlvr.learner.engine import LearnerEngine
 from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.learner.publish import publish_weights
 from rlvr.learner.ranks import RankGroup, world_size
+from rlvr.learner.steps import StepAligner, group_token_advantages
 from rlvr.protocol import Scored
 
 
@@ -39,6 +39,7 @@ class Trainer:
         self.engine: LearnerEngine | None = None  # this rank's engine (rank 0's when there are several)
         self.ranks: RankGroup | None = None  # only with several ranks
         self._limiter = anyio.CapacityLimiter(1)
+        self._aligner: StepAligner | None = None  # loaded on the first step with process = "steps"
 
     async def _call(self, fn, *args, **kwargs):
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
@@ -57,19 +58,28 @@ class Trainer:
         if resume_dir is not None:
             await self.load(resume_dir)
 
-    def items(self, groups: list[list[Scored]]) -> list[TrainBatchItem]:
+    def items(self, groups: list[list[Scored]], counts: Counter | None = None) -> list[TrainBatchItem]:
+        """One item per sample: its group's outcome advantage, and with process rewards
+        (``advantage.process``) its per-token advantages (learner/steps.py)."""
+        counts = Counter() if counts is None else counts
+        adv_cfg = self.cfg.advantage
+        if adv_cfg.process == "steps" and self._aligner is None:
+            self._aligner = StepAligner.for_model(self.cfg.model_path)
         out = []
         for group in groups:
-            rewards = torch.tensor([sc.verdict.reward for sc in group], dtype=torch.float32)
-            adv = compute_advantages(rewards, self.cfg.advantage)  # [G]
-            for sc, a in zip(group, adv.tolist(), strict=True):
+            outcome, token_adv = group_token_advantages(group, adv_cfg, self._aligner, counts)
+            for i, sc in enumerate(group):
                 s = sc.sample
-                out.append(TrainBatchItem(s.prompt_ids, s.completion.ids, s.completion.logprobs, a, s.sample_id,
-                                          s.completion.mask))
+                out.append(TrainBatchItem(s.prompt_ids, s.completion.ids, s.completion.logprobs, outcome[i],
+                                          s.sample_id, s.completion.mask,
+                                          token_advantages=token_adv[i] if token_adv is not None else []))
         return out
 
     async def train(self, groups: list[list[Scored]]) -> dict[str, float]:
-        return await self.train_items(self.items(groups))
+        counts: Counter = Counter()
+        items = await self._call(self.items, groups, counts)  # a tokenizer may load, and decode: off the loop
+        metrics = await self.train_items(items)
+        return {**metrics, **{k: float(v) for k, v in counts.items()}}
 
     async def train_items(self, items: list[TrainBatchItem]) -> dict[str, float]:
         """One optimizer step on ``items`` (split across the ranks when there are several); its metrics."""

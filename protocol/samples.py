@@ -112,6 +112,9 @@ class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
     record: dict[str, Any] = {}
     # A multi-turn episode's turns and outcome (None: one completion, one turn).
     episode: Episode | None = None
+    # What the rollout measured of this completion with its own policy, by name: RLPR's
+    # probability of the reference answer (rlpr_prob, rlpr_prob_base; rollout/rlpr.py).
+    measures: dict[str, float] = {}
 
     @property
     def sample_id(self) -> str:
@@ -145,6 +148,7 @@ def sample_meaning(sample: Sample) -> bytes:
             replica="",
             timings=Timings(),
             episode=None,  # an episode generated again takes other turns
+            measures={},  # measured on the generated completion
         )
     )
 

@@ -222,6 +222,10 @@ def check_sample(s: Sample) -> None:
         _fail(f"sample_index must be in [0, group_size={s.group_size}), got {s.sample_index}")
     if s.policy_version_max < s.policy_version:
         _fail(f"policy_version_max ({s.policy_version_max}) is below policy_version ({s.policy_version})")
+    _count("measures", len(s.measures), MAX_COMPONENTS)
+    for k, x in s.measures.items():
+        _id("measures key", k)
+        _finite(f"measures[{k!r}]", x, -MAX_ABS_REWARD, MAX_ABS_REWARD)
     _check_ids("prompt_ids", s.prompt_ids)
     _check_ids("completion.ids", s.completion.ids)
     if len(s.completion.logprobs) != len(s.completion.ids):

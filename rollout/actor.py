@@ -33,6 +33,7 @@ from rlvr.protocol.tasks import task_meaning
 from rlvr.protocol.validate import MessageInvalidError, check_task
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import EngineDeadError, GroupResult, PromptTooLongError, make_engine
+from rlvr.rollout import rlpr
 from rlvr.rollout.episodes import EpisodeResult, EpisodeSettings, check_env_spec, run_episode, single_turn
 
 log = get_logger("rlvr.rollout")
@@ -153,6 +154,10 @@ class RolloutActor:
         self, task: Task, results: list[EpisodeResult], picked_up: float, generate_s: float
     ) -> None:
         samples = []
+        measures = [{} for _ in results]
+        if rlpr.requested(task) is not None and results and not results[0].finish_reason == "rejected":
+            # Under the weights that just generated, before any reload (docs/rewards.md, RLPR).
+            measures = await rlpr.measure(self.engine, task, results[0].prompt_ids, [r.text for r in results])
         for i, r in enumerate(results):
             sample = Sample(
                 run=task.run,
@@ -176,6 +181,7 @@ class RolloutActor:
                 prompt=task.prompt,
                 record=task.record,
                 episode=r.episode,
+                measures=measures[i],
                 timings=Timings(
                     queued_s=max(0.0, picked_up - task.created_at),
                     generate_s=generate_s,

@@ -24,7 +24,7 @@ from rlvr.cli.run_config import load_config
 from tests.conftest import REPO
 
 CPU_EXAMPLES = ["gsm8k.toml", "math.toml", "code.toml", "smollm2.toml", "smollm2_lora.toml", "byo.toml",
-                "reasoning_gym.toml", "calculator.toml"]
+                "reasoning_gym.toml", "calculator.toml", "chain.toml"]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ Names are looked up in two places, in order:
   plug-ins by ``load_plugins`` (the ``[verify] plugins`` list, imported once
   at start-up, in the actor and in each pool worker);
 - the built-ins (exact, regex, format, composite, math, code, reasoning_gym, env,
-  arith_steps, math_steps),
+  arith_steps, math_steps, random, llm_judge, hybrid, rlpr),
   imported lazily so that resolving ``exact`` never imports sympy.
 
 A message never makes this process import anything: a name that is neither
@@ -86,6 +86,10 @@ class VerifyContext(Struct, frozen=True, omit_defaults=True):
     completion_ids: list[int] = []
     # A multi-turn episode's turns, end reason, environment rewards and transcript (None: one turn).
     episode: Episode | None = None
+    # The sample's id ("<task_id>/<index>"): stable across redeliveries (the random control seeds on it).
+    sample_id: str = ""
+    # What the rollout measured for this sample (RLPR's reference-answer probability: rlpr_*).
+    measures: dict[str, float] = {}
 
 
 def context_for_sample(sample: Sample, sandbox: SandboxConfig | None = None) -> VerifyContext:
@@ -100,6 +104,8 @@ def context_for_sample(sample: Sample, sandbox: SandboxConfig | None = None) -> 
         dataset=sample.dataset,
         completion_ids=sample.completion.ids,
         episode=sample.episode,
+        sample_id=sample.sample_id,
+        measures=sample.measures,
     )
 
 
@@ -221,6 +227,30 @@ def _load_math_steps() -> Verifier:
     return MATH_STEPS
 
 
+def _load_llm_judge() -> Verifier:
+    from rlvr.verify.judge import LLM_JUDGE
+
+    return LLM_JUDGE
+
+
+def _load_hybrid() -> Verifier:
+    from rlvr.verify.judge import HYBRID
+
+    return HYBRID
+
+
+def _load_rlpr() -> Verifier:
+    from rlvr.verify.rlpr import RLPR
+
+    return RLPR
+
+
+def _load_random() -> Verifier:
+    from rlvr.verify.random_reward import RANDOM
+
+    return RANDOM
+
+
 def _load_reasoning_gym() -> Verifier:
     from rlvr.verify.rgym import REASONING_GYM
 
@@ -234,10 +264,14 @@ _BUILTINS: dict[str, Callable[[], Verifier]] = {
     "env": _load_env,
     "exact": _load_exact,
     "format": _load_format,
+    "hybrid": _load_hybrid,
+    "llm_judge": _load_llm_judge,
     "math": _load_math,
     "math_steps": _load_math_steps,
+    "random": _load_random,
     "reasoning_gym": _load_reasoning_gym,
     "regex": _load_regex,
+    "rlpr": _load_rlpr,
 }
 
 

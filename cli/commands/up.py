@@ -48,6 +48,7 @@ class Args(msgspec.Struct, frozen=True, kw_only=True):
     run: str | None = None
     run_dir: str | None = None
     display: Literal["auto", "live", "plain", "logs"] | None = None
+    set: list[str] = []  # KEY=VALUE overrides, VALUE in TOML
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +56,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", help="run id")
     p.add_argument("--run-dir", help="run directory (default: <up.runs_dir>/<run>-<time>)")
     p.add_argument("--display", choices=("auto", "live", "plain", "logs"), help="terminal output")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, VALUE written in TOML (repeatable), e.g. "
+                        "--set learn.steps=100 --set 'learn.dataset.verifier={name=\"random\",params={p=0.3}}'")
+
+
+def parse_sets(items: list[str]) -> dict:
+    """``KEY=VALUE`` pairs as dotted overrides; VALUE is TOML (a bare word that is not TOML is a string)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = msgspec.toml.decode(f"v = {value}")["v"]
+        except msgspec.DecodeError:
+            out[key.strip()] = value
+    return out
 
 
 class StopRequest(msgspec.Struct):
@@ -71,8 +89,8 @@ def builtin_config_path() -> Path:
 
 def run(args: Args) -> int:
     path = args.config or builtin_config_path()
-    overrides = {"run": args.run} if args.run else {}
     try:
+        overrides = {**parse_sets(args.set), **({"run": args.run} if args.run else {})}
         cfg = load_config(path, overrides=overrides)
     except ConfigError as e:
         print(f"rlvr-actor up: {e}", file=sys.stderr)

@@ -22,6 +22,12 @@ class AdvantageConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # "rloo" r minus the mean of the other G - 1 rewards.
     name: AdvantageName = "grpo"
     eps: float = 1e-6  # added to the std in ``grpo``
+    # Token-level credit (DeepSeekMath's process supervision, learner/algos/process.py): "steps"
+    # from a step verifier's per-step rewards (arith_steps, math_steps); "turns" from a multi-turn
+    # environment's per-turn rewards; "off": one advantage per completion, from its reward.
+    process: Literal["off", "steps", "turns"] = "off"
+    # With `process`: add this times the outcome advantage (`name`) to every token (0: process only).
+    outcome_weight: Annotated[float, Meta(ge=0)] = 0.0
 
 
 class PolicyLossConfig(Struct, frozen=True, forbid_unknown_fields=True):

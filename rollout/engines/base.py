@@ -89,6 +89,11 @@ class Engine(Protocol):
         """How this engine's tokenizer renders and encodes chat (``rlvr.rollout.transcript.ChatCodec``)."""
         ...
 
+    async def score(self, rows: list[tuple[list[int], list[int]]]) -> tuple[list[list[float]], int]:
+        """For each (prefix, target) row, log pi(target_j | prefix, target_<j) at temperature 1
+        under the current weights, and their version (RLPR: ``rlvr.rollout.rlpr``)."""
+        ...
+
     async def load_weights(
         self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
     ) -> None:

@@ -243,6 +243,31 @@ class HFEngine:
             lp = recorder.logprobs(new)  # [B, T]
         return [self._finish(new[i].tolist(), lp[i].tolist(), sampling) for i in range(len(rows))]
 
+    async def score(self, rows: list[tuple[list[int], list[int]]]) -> tuple[list[list[float]], int]:
+        """log pi(target_j | prefix, target_<j) of each (prefix, target) row at temperature 1,
+        under the current weights (none load meanwhile), and their version."""
+        async with self._lock:
+            version = self.weights_version
+            return await anyio.to_thread.run_sync(self._score_rows, rows), version
+
+    def _score_rows(self, rows: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        import torch
+
+        pad = self._model.generation_config.pad_token_id
+        out: list[list[float]] = []
+        for start in range(0, len(rows), self.cfg.max_batch):
+            chunk = rows[start : start + self.cfg.max_batch]
+            seqs = [list(p) + list(t) for p, t in chunk]
+            width = max(len(q) for q in seqs)
+            x = torch.tensor([q + [pad] * (width - len(q)) for q in seqs], device=self.cfg.device)
+            mask = torch.tensor([[1] * len(q) + [0] * (width - len(q)) for q in seqs], device=self.cfg.device)
+            with torch.inference_mode():
+                logp = torch.log_softmax(self._model(input_ids=x, attention_mask=mask).logits.float(), -1)  # [B, W, V]
+            for r, (p, t) in enumerate(chunk):
+                at = torch.arange(len(p) - 1, len(p) + len(t) - 1, device=logp.device)  # positions predicting t
+                out.append(logp[r, at, torch.tensor(t, device=logp.device)].tolist())
+        return out
+
     def _finish(self, ids: list[int], logprobs: list[float], sampling: SamplingParams) -> Generation:
         finish = "length"
         for k, t in enumerate(ids):

@@ -93,6 +93,10 @@ class TrivialEngine:
     def chat_codec(self) -> ByteChatCodec:
         return ByteChatCodec()
 
+    async def score(self, rows: list[tuple[list[int], list[int]]]) -> tuple[list[list[float]], int]:
+        """No model to ask: every target token has probability ``accuracy`` (plumbing only)."""
+        return [[math.log(self.cfg.accuracy)] * len(t) for _, t in rows], self.weights_version
+
     async def _answer_group(self, text: str, truth: int | None, n: int, sampling: SamplingParams) -> GroupResult:
         if self.cfg.hold_file:
             hold = pathlib.Path(self.cfg.hold_file)

@@ -221,6 +221,38 @@ class VLLMEngine:
             weights_version_max=max(v_start, v_end),
         )
 
+    async def score(self, rows: list[tuple[list[int], list[int]]]) -> tuple[list[list[float]], int]:
+        """log pi(target_j | prefix, target_<j) of each (prefix, target) row at temperature 1
+        (vLLM's prompt_logprobs of the whole row), and the weights version they ran under."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+        if self._llm is None:
+            raise EngineDeadError("vllm engine is not started or already closed")
+        params = VSamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0,
+                                 output_kind=RequestOutputKind.FINAL_ONLY)
+        version, lora = self.weights_version, self._lora
+        out: list[list[float]] = [[] for _ in rows]
+
+        async def one(i: int, prefix: list[int], target: list[int]) -> None:
+            final = None
+            async for o in self._llm.generate({"prompt_token_ids": list(prefix) + list(target)}, params,
+                                              request_id=f"s{next(self._ids)}", lora_request=lora):
+                final = o
+            plp = final.prompt_logprobs if final is not None else None
+            if plp is None:
+                raise RuntimeError("vllm returned no prompt log-probs")
+            out[i] = [float(plp[len(prefix) + j][t].logprob) for j, t in enumerate(target)]
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for i, (prefix, target) in enumerate(rows):
+                    tg.start_soon(one, i, prefix, target)
+        except VLLMEngineDeadError as e:
+            raise EngineDeadError(f"vllm engine died: {e}") from e
+        return out, version
+
     @staticmethod
     def _generation(o: Any) -> Generation:
         ids = list(o.token_ids)
