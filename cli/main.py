@@ -8,6 +8,7 @@
     rlvr-actor eval --checkpoint DIR --data FILE --k 1,8
     rlvr-actor report RUN_DIR
     rlvr-actor autoscale --role verify --config run.toml   # verifier replicas that follow the backlog
+    rlvr-actor select --from RUN_DIR --by variance --k 1 --output one.json   # one-shot RLVR
     rlvr-actor config-doc                        # every config option, from the types
 
 Thin on purpose: only argparse, msgspec and the standard library are imported
@@ -30,7 +31,7 @@ ROLES = ("rollout", "verify", "learn")
 # The command as typed -> its module under rlvr.cli.commands.
 COMMANDS = {
     "up": "up", "init": "init", "status": "status", "audit": "audit", "eval": "eval", "report": "report",
-    "config-doc": "config_doc", "autoscale": "autoscale",
+    "config-doc": "config_doc", "autoscale": "autoscale", "select": "select",
 }
 
 

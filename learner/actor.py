@@ -39,6 +39,8 @@ from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import remote_span_context, tracer
 from rlvr.learner.alarms import Alarm, SignalWatch
+from rlvr.learner.history import PromptHistory, read_selection, subset
+from rlvr.learner.step_alarms import StepWatch
 from rlvr.learner.checkpoint import CheckpointStore, LearnerState
 from rlvr.learner.custody import Custody, span_links
 from rlvr.learner.config import LearnConfig, train_dataset
@@ -81,6 +83,7 @@ class LearnActor:
         self.assembler = GroupAssembler(cfg.group_timeout_s)
         # Says early when the reward carries no signal (learner/alarms.py).
         self.watch = SignalWatch(cfg.alarms)
+        self.step_watch = StepWatch(cfg.alarms.steps)
         self.last_step_at = time.monotonic()
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
         self.last_record: StepRecord | None = None
@@ -109,6 +112,8 @@ class LearnActor:
         if cfg.train_verifier is not None:  # trained on another reward, measured on the dataset's own
             train = await anyio.to_thread.run_sync(functools.partial(load_splits, train_dataset(cfg), seed=self.seed))
             splits = msgspec.structs.replace(splits, train=train.train)
+        if cfg.train_subset:  # a selection (`rlvr-actor select`): only those prompts, drawn again and again
+            splits = msgspec.structs.replace(splits, train=subset(splits.train, read_selection(cfg.train_subset)))
         if cfg.engine is not None:
             from rlvr.learner.trainer import Trainer  # torch and DeepSpeed: not for a dry learner
 
@@ -141,7 +146,7 @@ class LearnActor:
         metrics = await anyio.to_thread.run_sync(MetricsWriter, self.out)
         self._io = _LearnerIO(
             ctx=ctx, store=store, lease=lease, feeder=feeder, consumer=consumer, metrics=metrics,
-            evaluator=Evaluator(ctx.bus, splits.heldout, cfg.eval, cfg.sampling), rollouts=RolloutVersions(ctx.bus),
+            history=PromptHistory(self.out), evaluator=Evaluator(ctx.bus, splits.heldout, cfg.eval, cfg.sampling), rollouts=RolloutVersions(ctx.bus),
         )
         log.info("learner_start", resumed_at_step=self.state.step if loaded else None,
                  train_tasks=len(splits.train), heldout=len(splits.heldout), trainer=cfg.engine is not None)
@@ -188,6 +193,7 @@ class LearnActor:
         finally:
             if self._io is not None:
                 self._io.metrics.close()
+                self._io.history.close()
 
     async def _publish_config(self, ctx: ActorContext) -> None:
         """The resolved config in KV, for `status` and operators: informational,
@@ -234,6 +240,7 @@ class LearnActor:
                 self._raise(alarm)
             feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members],
                         group.members[0][1].sample.index)
+            self.io.history.record(self.state.step, [sc for _, sc in group.members])
             if result.kept:
                 batch.append(Group(group.group_id, group.size, result.kept, group.first_seen))
         return batch
@@ -256,7 +263,7 @@ class LearnActor:
             await self._release(self.custody.train(ids))
             self.state.samples_trained += len(ids)
             # Batch statistics against the version the batch was filtered under.
-            stats = batch_metrics(scored, self.state.version)
+            stats = batch_metrics(scored, self.state.version, cfg.alarms.steps.scripts)
             publish_s = 0.0
             if self.trainer and self.state.step % cfg.sync_every == 0:
                 publish_s = await self._publish_weights(bump=True)
@@ -269,6 +276,8 @@ class LearnActor:
             for k, v in flat.items():
                 span.set_attribute(f"rlvr.{k}", v)
         self.io.metrics.write(flat)
+        for alarm in self.step_watch.step(flat):
+            self._raise(alarm)
         self.last_record = record
         log.info("step", step=record.step, reward_mean=round(stats.get("reward_mean", 0.0), 4), samples=record.samples,
                  wait_s=round(wait_s, 4), train_s=round(train_s, 4), policy_version=record.policy_version)
@@ -368,7 +377,7 @@ class LearnActor:
             )
 
     def _raise(self, alarm: Alarm) -> None:
-        log.warning("reward_signal_alarm", kind=alarm.kind, verifier=alarm.verifier, message=alarm.message,
+        log.warning("run_alarm", kind=alarm.kind, verifier=alarm.verifier, message=alarm.message,
                     outcomes=alarm.outcomes, examples=msgspec.to_builtins(alarm.examples))
         self.io.metrics.write(alarm.record())
 
@@ -415,7 +424,8 @@ class LearnActor:
             "samples": self.custody.accounting(self.state.samples_trained),
             "drops": self.custody.drop_totals(),
             "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
-            "alarms": [a.message for a in self.watch.active.values()],
+            "alarms": [a.message for a in self.watch.active.values()] + self.step_watch.alerts(),
+            "alarm_counts": dict(self.step_watch.counts + self.watch.counts),
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
         }
         return summary
@@ -435,7 +445,7 @@ class LearnActor:
             counters["lease_renewal_failures"] = float(self._io.lease.renewal_failures)
         return HeartbeatFields(
             policy_version=self.state.version, in_flight=held, counters=counters, gauges=gauges,
-            alerts=self.watch.alerts(),
+            alerts=self.watch.alerts() + self.step_watch.alerts(),
         )
 
 
@@ -448,6 +458,7 @@ class _LearnerIO(msgspec.Struct):
     feeder: Feeder
     consumer: Consumer[Scored]
     metrics: MetricsWriter
+    history: PromptHistory
     evaluator: Evaluator
     rollouts: RolloutVersions
 

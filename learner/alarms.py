@@ -31,6 +31,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from rlvr.learner.groups import FilterResult, Group
+from rlvr.learner.step_alarms import StepAlarmConfig
 
 FAILING = ("parse_error", "error")
 
@@ -55,6 +56,8 @@ class AlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
     examples: Annotated[int, Meta(ge=0)] = 3
     # Characters kept of each quoted completion and verdict detail.
     example_chars: Annotated[int, Meta(ge=20)] = 300
+    # The stage-1 alarms on the step records: KL, entropy, language mixing, length, dropped share.
+    steps: StepAlarmConfig = StepAlarmConfig()
 
 
 class Example(Struct, frozen=True):
@@ -67,7 +70,7 @@ class Example(Struct, frozen=True):
 
 
 class Alarm(Struct, frozen=True):
-    kind: str  # "flat_reward" | "verifier_failing"
+    kind: str  # "flat_reward" | "verifier_failing" | a stage-1 alarm of step_alarms.py
     verifier: str
     message: str
     outcomes: dict[str, int]
@@ -88,6 +91,7 @@ class SignalWatch:
         self._verdicts: dict[str, deque[str]] = {}
         self._examples: dict[str, deque[Example]] = {}
         self.active: dict[tuple[str, str], Alarm] = {}
+        self.counts: Counter[str] = Counter()  # times each kind was raised (the summary's alarm_counts)
 
     def group(self, group: Group, result: FilterResult, now: float | None = None) -> list[Alarm]:
         """Take one complete training group; the alarms raised by it (new ones only)."""
@@ -119,6 +123,7 @@ class SignalWatch:
         for key, alarm in current.items():
             if key not in self.active:
                 raised.append(alarm)
+                self.counts[alarm.kind] += 1
         self.active = current
         return raised
 

@@ -96,6 +96,9 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # The training tasks' verifier in place of the dataset's (the same form as learn.dataset.verifier);
     # held-out rounds keep the dataset's. The random-reward control: {name = "random", params = {p = 0.2}}.
     train_verifier: VerifierSpec | str | None = None
+    # Train only on the prompts of this selection file (`rlvr-actor select`: one-shot RLVR), drawn
+    # again and again to fill every step; held-out rounds are unchanged. "" trains on the whole split.
+    train_subset: str = ""
     # Completions per prompt (the GRPO group size G).
     group_size: PositiveInt = 8
     # How rollouts sample training completions ([learn.eval] sets its own temperature).

@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from rlvr.learner.step_alarms import foreign_script_share
 from rlvr.protocol import Scored
 
 
@@ -84,8 +85,9 @@ def episode_metrics(samples: list[Scored]) -> dict[str, float]:
     return out
 
 
-def batch_metrics(groups: list[list[Scored]], current_version: int) -> dict[str, float]:
-    """Reward, pass rate, length and staleness statistics of one step's batch."""
+def batch_metrics(groups: list[list[Scored]], current_version: int, scripts: tuple[str, ...] = ("LATIN",)
+                  ) -> dict[str, float]:
+    """Reward, pass rate, length, staleness and script statistics of one step's batch."""
     samples = [s for g in groups for s in g]
     if not samples:
         return {}
@@ -109,6 +111,11 @@ def batch_metrics(groups: list[list[Scored]], current_version: int) -> dict[str,
     for v, hits in by_verifier.items():
         out[f"pass_rate_{v}"] = statistics.fmean(hits)
     out.update(episode_metrics(samples))
+    out["foreign_script_share"] = foreign_script_share([s.sample.text for s in samples], scripts)
+    with_steps = [s.verdict.steps for s in samples if s.verdict.steps]
+    if with_steps:  # a step verifier's: how many steps, and how many hold
+        out["steps_per_sample"] = statistics.fmean(len(st) for st in with_steps)
+        out["steps_right_share"] = statistics.fmean(sum(x.ok for x in st) / len(st) for st in with_steps)
     for lag, count in sorted(staleness.items()):
         out[f"staleness_hist_{lag}"] = float(count)
     return out

@@ -17,7 +17,10 @@ and credits each token with the steps at or after it, plus
 ``outcome_weight`` times the outcome advantage. A sample whose steps cannot
 be placed (its text is not what its ids decode to) keeps only the outcome
 part and is counted (``process_unaligned``); a group with no step at all
-trains on the outcome advantage alone (``process_groups_without_steps``).
+trains on the outcome advantage alone (``process_groups_without_steps``). A
+completion with no step in a group whose others have steps counts as one
+failed step ending at its last token (the group's worst step reward, at most
+0): skipping the steps must never pay better than taking a wrong one.
 """
 
 from __future__ import annotations
@@ -108,6 +111,10 @@ def group_token_advantages(group: list[Scored], cfg: AdvantageConfig, aligner: S
         return outcome, None
     counts["process_steps"] += sum(len(r) for r, _ in steps)
     lengths = [len(sc.sample.completion.ids) for sc in group]
+    # A completion with no step among others that have some counts as one failed step (the group's
+    # worst step reward, at most 0) ending at its last token: writing no steps must not pay.
+    worst = min(0.0, min(r for rs, _ in steps for r in rs))
+    steps = [(rs, ends) if rs else ([worst], [n - 1]) for (rs, ends), n in zip(steps, lengths)]
     token_adv = process_advantages([r for r, _ in steps], [e for _, e in steps], lengths, cfg.eps)  # [G][T_i]
     if cfg.outcome_weight:
         token_adv = mix_outcome(token_adv, outcome, cfg.outcome_weight)

@@ -39,13 +39,14 @@ DEFAULT_MAX_TOKENS = 1024
 PROMPT_TOO_LONG = "prompt_too_long"
 
 
-DESCRIPTION = "pass@k of a checkpoint (unbiased estimator), offline through an engine."
+DESCRIPTION = ("pass@k of one checkpoint, or the pass@k curves of several on the same prompts and seeds "
+               "(unbiased estimator), offline through an engine.")
 
 
 class Args(msgspec.Struct, frozen=True, kw_only=True):
     """What to evaluate, as ``add_arguments`` parses it (see its help for each field)."""
 
-    checkpoint: str
+    checkpoint: list[str]  # one, or several ("LABEL=PATH" or PATH): pass@k curves on the same prompts
     data: str
     k: str = "1,8"
     n: int | None = None
@@ -235,6 +236,8 @@ async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency
     from rlvr.verify.registry import VerifyContext
 
     correct = [0] * len(specs)
+    cot = [0] * len(specs)  # right, and every step right (a step verifier's verdicts)
+    has_steps = [False]
     outcomes: Counter = Counter()
     rewards: list[float] = []
     kept: list[dict] = []
@@ -249,6 +252,9 @@ async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency
         outcomes[verdict.outcome] += 1
         rewards.append(verdict.reward)
         correct[i] += verdict.outcome == "ok"
+        if verdict.steps:
+            has_steps[0] = True
+            cot[i] += verdict.outcome == "ok" and all(st.ok for st in verdict.steps)
         if len(kept) < keep:
             prompt = spec.prompt if isinstance(spec.prompt, str) else [[m.role, m.content] for m in spec.prompt]
             kept.append({"index": spec.index, "dataset": spec.dataset, "prompt": prompt, "completion": gen.text,
@@ -273,7 +279,7 @@ async def score_prompts(engine, pool, specs: list, n: int, sampling, concurrency
     async with anyio.create_task_group() as tg:
         for i, spec in enumerate(specs):
             tg.start_soon(one, i, spec)
-    return correct, outcomes, rewards, kept
+    return correct, outcomes, rewards, kept, (cot if has_steps[0] else None)
 
 
 async def _evaluate(engine_cfg, specs: list, n: int, sampling, args: Args):
@@ -307,7 +313,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "A completion is correct when its verdict's outcome is ok; a verification timeout counts as\n"
         "incorrect and is reported separately in the outcome counts."
     )
-    parser.add_argument("--checkpoint", required=True, help="HF model folder or run directory")
+    parser.add_argument("--checkpoint", required=True, action="append",
+                        help="HF model folder or run directory; repeat it (LABEL=PATH) for pass@k curves of "
+                        "several, e.g. --checkpoint base=RUN/model --checkpoint rl=RUN")
     parser.add_argument("--data", required=True, help="data file, a builtin set's name, or 'arithmetic' (see below)")
     parser.add_argument("--k", default="1,8", help="comma-separated k values for pass@k (default 1,8)")
     parser.add_argument("--n", type=int, default=None, help="completions per prompt (default: the largest k)")
@@ -360,6 +368,47 @@ def parse_ks(text: str, n: int | None) -> tuple[list[int], int]:
     return ks, n
 
 
+def _labelled(items: list[str]) -> list[tuple[str, str]]:
+    """(label, path) of each --checkpoint: "LABEL=PATH", or PATH labelled by its folder name."""
+    out = []
+    for item in items:
+        label, sep, path = item.partition("=")
+        out.append((label, path) if sep and label and "/" not in label else (Path(item).name or item, item))
+    return out
+
+
+def crossing(ks: list[int], base: dict[str, float], other: dict[str, float]) -> int | None:
+    """The first k where ``other``'s lead over ``base`` at the smallest k turns over (the curves cross), or None."""
+    diffs = [(k, other[str(k)] - base[str(k)]) for k in ks]
+    first = next((d for _, d in diffs if d != 0), 0.0)
+    return next((k for k, d in diffs if d * first < 0), None)
+
+
+def write_curve_plot(path: Path, ks: list[int], curves: list[dict]) -> Path:
+    """pass@k against k (log scale) for each checkpoint; CoT-pass@k dashed where there is one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for c in curves:
+        line, = ax.plot(ks, [c["pass_at_k"][str(k)] for k in ks], marker="o", ms=3, label=c["label"])
+        if c.get("cot_pass_at_k"):
+            ax.plot(ks, [c["cot_pass_at_k"][str(k)] for k in ks], ls="--", color=line.get_color(),
+                    label=f"{c['label']} (CoT-pass@k)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k (unbiased)")
+    ax.set_ylim(0, 1)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def run(args: Args) -> int:
     """Run the evaluation ``args`` describe and write its report; 0, or 2 on bad input."""
     import anyio
@@ -371,9 +420,11 @@ def run(args: Args) -> int:
     )
 
     started = time.monotonic()
+    checkpoints = _labelled(args.checkpoint)
+    reports: list[dict] = []
     try:
         ks, n = parse_ks(args.k, args.n)
-        model = resolve_checkpoint(args.checkpoint)
+        models = [(label, resolve_checkpoint(path), path) for label, path in checkpoints]
         data_name, specs = load_eval_prompts(args)
         if not specs:
             raise EvalArgumentsInvalidError(f"{args.data} has no prompts to evaluate")
@@ -383,37 +434,76 @@ def run(args: Args) -> int:
         for spec in specs:  # a bad verifier name or parameter fails here, before any generation
             resolve(spec.verifier)
         max_tokens = args.max_tokens or (ARITHMETIC_MAX_TOKENS if args.data == "arithmetic" else DEFAULT_MAX_TOKENS)
-        engine_cfg = build_engine_config(args, model, max_tokens)
+        # The same prompts, n and seeds for every checkpoint: their curves are comparable.
         sampling = SamplingParams(temperature=args.temperature, max_tokens=max_tokens, seed=args.seed)
-        correct, outcomes, rewards, kept = anyio.run(_evaluate, engine_cfg, specs, n, sampling, args)
+        for label, model, _ in models:
+            t0 = time.monotonic()
+            engine_cfg = build_engine_config(args, model, max_tokens)
+            correct, outcomes, rewards, kept, cot = anyio.run(_evaluate, engine_cfg, specs, n, sampling, args)
+            report = eval_report(
+                correct=correct, n=n, ks=ks, outcomes=outcomes, rewards=rewards, indices=[s.index for s in specs],
+                model=str(model), data=args.data, engine=type(engine_cfg).__struct_config__.tag,
+                temperature=args.temperature, max_tokens=max_tokens, seed=args.seed,
+                seconds=round(time.monotonic() - t0, 3),
+            )
+            if cot is not None:  # a step verifier: right answer and every step right
+                report["cot_pass_at_k"] = pass_at_ks(cot, n, ks)
+            reports.append({"label": label, **report, "_kept": kept})
     except (EvalArgumentsInvalidError, CheckpointNotFoundError, DatasetError, VerifierSpecError, VerifierPluginError,
             VerifierUnavailableError) as e:
         print(f"eval: {e}", file=sys.stderr)
         return 2
-    report = eval_report(
-        correct=correct, n=n, ks=ks, outcomes=outcomes, rewards=rewards, indices=[s.index for s in specs],
-        model=str(model), data=args.data, engine=type(engine_cfg).__struct_config__.tag,
-        temperature=args.temperature, max_tokens=max_tokens, seed=args.seed,
-        seconds=round(time.monotonic() - started, 3),
-    )
-    out = Path(args.output) if args.output else Path(args.checkpoint) / f"eval-{data_name}.json"
+    first = models[0][2]
+    if len(reports) == 1:
+        report = reports[0]
+        kept = report.pop("_kept")
+        report.pop("label")
+        out = Path(args.output) if args.output else Path(first) / f"eval-{data_name}.json"
+    else:
+        kept = []
+        for r in reports:
+            kept += [{"checkpoint": r["label"], **row} for row in r.pop("_kept")]
+        out = Path(args.output) if args.output else Path(first) / f"eval-{data_name}-curves.json"
+        report = curves_report(reports, ks, n, args, seconds=round(time.monotonic() - started, 3))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
+    if len(reports) > 1:
+        report["plot"] = str(write_curve_plot(out.with_suffix(".png"), ks, report["checkpoints"]))
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out)
     if kept:
         completions = out.with_name(f"{out.stem}.completions.jsonl")
         completions.write_text("".join(json.dumps(row) + "\n" for row in kept))
         print(f"completions: {completions} ({len(kept)}, with their verdicts)")
-    figures = "  ".join(f"pass@{k} {v:.3f}" for k, v in report["pass_at_k"].items())
-    shown = ", ".join(f"{o} {c}" for o, c in report["outcomes"].items() if c)
-    print(f"{figures}  ({len(correct)} prompts x {n}; {shown}; {report['seconds']:.1f}s, {report['engine']})")
+    for r in reports:
+        figures = "  ".join(f"pass@{k} {v:.3f}" for k, v in r["pass_at_k"].items())
+        shown = ", ".join(f"{o} {c}" for o, c in r["outcomes"].items() if c)
+        print(f"{r.get('label', '')}  {figures}  ({r['prompts']} prompts x {n}; {shown}; {r['seconds']:.1f}s, "
+              f"{r['engine']})".strip())
+    if len(reports) > 1:
+        print(f"curves cross at k = {report['crossing_k']}" if report["crossing_k"] else "curves do not cross")
+        print(f"plot: {report['plot']}")
     print(f"report: {out}")
     return 0
 
 
+def curves_report(reports: list[dict], ks: list[int], n: int, args: Args, seconds: float) -> dict:
+    """Several checkpoints on the same prompts: each one's pass@k (and CoT-pass@k), its coverage (pass@k at
+    the largest k), and where the last checkpoint's curve crosses the first's."""
+    keep = ("label", "model", "engine", "pass_at_k", "cot_pass_at_k", "outcomes", "mean_reward", "seconds")
+    checkpoints = [{k: r[k] for k in keep if k in r} | {"coverage": r["pass_at_k"][str(ks[-1])]} for r in reports]
+    return {
+        "data": args.data, "n": n, "ks": ks, "prompts": reports[0]["prompts"], "temperature": args.temperature,
+        "seed": args.seed, "seconds": seconds, "checkpoints": checkpoints,
+        "crossing_k": crossing(ks, reports[0]["pass_at_k"], reports[-1]["pass_at_k"]),
+        "per_prompt": {r["label"]: [p["correct"] for p in r["per_prompt"]] for r in reports},
+    }
+
+
 __all__ = [
     "CheckpointNotFoundError",
+    "crossing",
+    "curves_report",
     "EvalArgumentsInvalidError",
     "Args",
     "add_arguments",

@@ -295,6 +295,8 @@ def format_report(s: dict) -> str:
         ("step time",
          f"wait {num(s.get('wait_s_mean'), '{:.2f}')}s, train {num(s.get('train_s_mean'), '{:.2f}')}s (mean)"),
     ]
+    if s.get("alarm_counts"):
+        rows.append(("alarms raised", ", ".join(f"{k}={v}" for k, v in sorted(s["alarm_counts"].items()))))
     for key, label in (("engine", "engine"), ("wall_seconds", "wall seconds")):
         if key in s:
             rows.append((label, str(s[key])))

@@ -19,6 +19,7 @@ from rlvr.cli.commands.eval import (
     parse_ks,
     resolve_checkpoint,
     run,
+    score_prompts,
 )
 from rlvr.cli.args import parse_into
 
@@ -147,10 +148,10 @@ def test_a_verification_timeout_counts_as_incorrect_and_is_reported_apart(tiny_m
         finally:
             await engine.close()
 
-    correct, outcomes, rewards, kept = anyio.run(run)
+    correct, outcomes, rewards, kept, cot = anyio.run(run)
     assert correct == [2, 0]
     assert outcomes == Counter(ok=2, timeout=2)
-    assert sorted(rewards) == [1.0] * 4 and kept == []  # none asked for
+    assert sorted(rewards) == [1.0] * 4 and kept == [] and cot is None  # none asked for; no step verifier
 
 
 def test_bad_input_exits_2_before_generating(tiny_model, tmp_path):
@@ -162,3 +163,53 @@ def test_bad_input_exits_2_before_generating(tiny_model, tmp_path):
     assert run(_args(*ok, "--max-tokens", "64")) == 2  # the tiny model's whole context
     assert run(_args(*ok, "--k", "1,8", "--n", "4")) == 2
     assert run(_args(*ok, "--data", str(tmp_path / "missing.jsonl"))) == 2
+
+
+def test_several_checkpoints_give_pass_at_k_curves_on_the_same_prompts_with_a_plot(tiny_model, tmp_path, capsys):
+    out = tmp_path / "curves.json"
+    args = _args("--checkpoint", f"base={tiny_model}", "--checkpoint", f"again={tiny_model}", "--data", "arithmetic",
+                 "--engine", "hf", "--limit", "6", "--k", "1,2,4,8", "--n", "8", "--pool-size", "1",
+                 "--output", str(out))
+    assert run(args) == 0
+    report = json.loads(out.read_text())
+    assert [c["label"] for c in report["checkpoints"]] == ["base", "again"]
+    base, again = report["checkpoints"]
+    # The same weights, prompts and seeds: the same curve, so no crossing, and coverage is pass@8.
+    assert base["pass_at_k"] == again["pass_at_k"] and report["crossing_k"] is None
+    assert base["coverage"] == base["pass_at_k"]["8"]
+    assert Path(report["plot"]).stat().st_size > 1000
+    assert "curves do not cross" in capsys.readouterr().out
+
+
+def test_the_crossing_is_where_the_trained_curve_s_lead_turns_over():
+    from rlvr.cli.commands.eval import crossing
+
+    ks = [1, 2, 4, 8, 16]
+    base = {"1": 0.2, "2": 0.35, "4": 0.5, "8": 0.7, "16": 0.85}
+    rl = {"1": 0.5, "2": 0.6, "4": 0.62, "8": 0.66, "16": 0.7}  # better at pass@1, a lower ceiling
+    assert crossing(ks, base, rl) == 8
+    assert crossing(ks, base, {k: v + 0.05 for k, v in base.items()}) is None
+
+
+def test_cot_pass_at_k_counts_a_sample_only_when_its_answer_and_every_step_are_right(tiny_model):
+    import anyio
+
+    from rlvr.learner.datasets import TaskSpec
+    from rlvr.protocol import VerifierSpec
+    from rlvr.protocol.tasks import SamplingParams
+    from rlvr.rollout.engines.base import GroupResult, Generation
+    from rlvr.verify.pool import VerifierPool
+
+    class Fixed:  # an engine that answers what the test needs: this test is about counting
+        async def generate(self, prompt, n, sampling):
+            texts = ["1+1=2 2+2=4", "1+1=3 3+1=4", "1+1=2 2+2=5"]  # right; right answer, wrong step; wrong
+            return GroupResult([1], [Generation([1], [-0.1], t, "stop") for t in texts], 0, 0)
+
+    spec = TaskSpec("d", 0, "q", VerifierSpec("arith_steps", {"gold": "4"}))
+
+    async def go():
+        async with VerifierPool(1, timeout_s=10, warm=()) as pool:
+            return await score_prompts(Fixed(), pool, [spec], 3, SamplingParams(max_tokens=8))
+
+    correct, _, _, _, cot = anyio.run(go)
+    assert correct == [2] and cot == [1]

@@ -89,3 +89,14 @@ def test_placement_survives_multi_byte_characters_and_running_chains(text):
     ids = TOK(text)["input_ids"]
     ends = ALIGNER.token_ends(ids, text, [s.end for s in v.steps])
     assert ends is not None and ends == sorted(set(ends)) and ends[-1] < len(ids)
+
+
+def test_a_completion_that_skips_its_steps_counts_as_the_groups_worst_step_not_as_no_signal():
+    group = [_scored("1+1=2\n2+2=4\n", "4", i=0), _scored("4", "4", i=1)]  # the second writes no step at all
+    assert group[1].verdict.outcome == "parse_error"
+    _, token_adv = group_token_advantages(group, AdvantageConfig(process="steps"), ALIGNER, Counter())
+    ends = ALIGNER.token_ends(group[0].sample.completion.ids, group[0].sample.text,
+                              [s.end for s in group[0].verdict.steps])
+    n1 = len(group[1].sample.completion.ids)
+    want = process_advantages([[1.0, 1.0], [0.0]], [ends, [n1 - 1]], [len(group[0].sample.completion.ids), n1])
+    assert token_adv == want and max(token_adv[1]) < 0 < token_adv[0][0]  # skipping the steps is penalised
