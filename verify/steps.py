@@ -16,7 +16,12 @@ only ``reward`` counts, as for any verifier.
 - ``"pattern"``: each match of the regex ``pattern`` is a step.
 
 A step holds when every claim in it holds; a step with no claim is not a
-step (it is not scored). A completion with no step is ``parse_error``.
+step (it is not scored). A completion with no step is ``parse_error``. With
+a ``gold`` answer the answer is a step too (``answer_step``): the last step
+holds only if its result is the answer (or, when text follows the last step,
+the answer is one more step at the end of the text). Without it, process
+rewards pay a completion for stopping after its easy steps: the chain example
+learned exactly that (docs/benchmarks.md).
 
 **arith_steps** checks arithmetic: each ``expr = expr`` between numbers and
 ``+ - * / // % ** ( )`` (read by ``rlvr.sandbox.arith``, never ``eval``) must
@@ -75,6 +80,10 @@ class StepParams(Struct, frozen=True, forbid_unknown_fields=True):
     step_wrong: float = 0.0
     # The verdict's reward: the final answer ("final": 1 or 0) or the share of steps that hold ("steps").
     outcome: Literal["final", "steps"] = "final"
+    # With a gold answer, the answer is a step too: the last step holds only if its result is the
+    # answer, so a completion that stops after its easy steps, or ends on a wrong result, ends on a
+    # failed step (without it, process rewards pay for stopping early).
+    answer_step: bool = True
 
 
 class ArithStepsParams(StepParams, frozen=True, forbid_unknown_fields=True):
@@ -178,7 +187,13 @@ def _steps(text: str, p: StepParams, claims_of) -> list[tuple[int, bool, list[_C
 
 
 def _verdict(name: str, steps, p: StepParams, final_ok: bool | None, extracted: str | None,
-             started: float, detail: str = "") -> Verdict:
+             started: float, detail: str = "", text_len: int = 0) -> Verdict:
+    if p.answer_step and final_ok is not None:
+        end, ok, claims = steps[-1]
+        if end >= text_len:  # the last step ends the text: it holds only if its result is the answer
+            steps = steps[:-1] + [(end, ok and final_ok, claims)]
+        else:  # the text goes on past the last step: the answer is a step of its own
+            steps = steps + [(text_len, final_ok, [])]
     scores = [StepScore(end, p.step_right if ok else p.step_wrong, ok) for end, ok, _ in steps]
     share = sum(s.ok for s in scores) / len(scores)
     if p.outcome == "steps" or final_ok is None:
@@ -204,7 +219,7 @@ def _arith(completion: str, p: ArithStepsParams, ctx: VerifyContext) -> Verdict:
         except CalculatorInputError:
             final_ok = final is not None and str(p.gold).strip() == f"{final:g}"
     shown = None if final is None else (str(int(final)) if final.is_integer() else f"{final:g}")
-    return _verdict("arith_steps", steps, p, final_ok, shown, started)
+    return _verdict("arith_steps", steps, p, final_ok, shown, started, text_len=len(completion.rstrip()))
 
 
 def _math(completion: str, p: StepParams, ctx: VerifyContext) -> Verdict:
@@ -219,7 +234,7 @@ def _math(completion: str, p: StepParams, ctx: VerifyContext) -> Verdict:
     if p.gold is not None:
         outcome = score_math(completion, MathParams(gold=p.gold))
         final_ok, extracted, detail = outcome.outcome == "ok", outcome.extracted, outcome.detail
-    return _verdict("math_steps", steps, p, final_ok, extracted, started, detail)
+    return _verdict("math_steps", steps, p, final_ok, extracted, started, detail, text_len=len(completion.rstrip()))
 
 
 def _check_pattern(p: StepParams) -> None:

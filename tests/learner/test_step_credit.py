@@ -31,7 +31,7 @@ def test_each_step_ends_on_the_token_holding_its_last_character():
     text = "What is 2+3 = 5\nThe answer is 5+5 = 11\nsure"
     sc = _scored(text, "10")
     ends = ALIGNER.token_ends(sc.sample.completion.ids, text, [s.end for s in sc.verdict.steps])
-    assert ends is not None and len(ends) == 2
+    assert ends is not None and len(ends) == 3  # two lines of claims, then the answer step at the end
     for end, step in zip(ends, sc.verdict.steps):
         covered = TOK.decode(sc.sample.completion.ids[: end + 1], skip_special_tokens=True)
         before = TOK.decode(sc.sample.completion.ids[:end], skip_special_tokens=True)

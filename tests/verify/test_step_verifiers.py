@@ -19,9 +19,10 @@ def score(name: str, text: str, **params):
 def test_each_equation_is_a_step_ending_after_its_result():
     text = "3 + 4 = 7, then 5*6 = 31. So 31."
     v = score("arith_steps", text, gold="30")
-    assert [(s.ok, text[: s.end][-2:]) for s in v.steps] == [(True, " 7"), (False, "31")]
+    # Two claims, then the answer as a step of its own (text follows the last claim): 31 is not 30.
+    assert [(s.ok, text[: s.end][-2:]) for s in v.steps] == [(True, " 7"), (False, "31"), (False, "1.")]
     assert (v.reward, v.outcome, v.extracted) == (0.0, "wrong", "31")
-    assert v.components["steps_right"] == 0.5
+    assert v.components["steps_right"] == pytest.approx(1 / 3)
 
 
 def test_a_running_chain_checks_each_total_against_the_next_part():
@@ -29,7 +30,14 @@ def test_a_running_chain_checks_each_total_against_the_next_part():
     assert [s.ok for s in right.steps] == [True, True] and right.reward == 1.0 and right.outcome == "ok"
     assert [s.end for s in right.steps] == [8, 15]  # "12+34=46" | "+56=102"
     slip = score("arith_steps", "12+34=47+56=103", gold="102", chain="running")
-    assert [s.ok for s in slip.steps] == [False, True] and slip.reward == 0.0
+    # 47+56 is 103, but the last step's result is not the answer: it fails as the answer step.
+    assert [s.ok for s in slip.steps] == [False, False] and slip.reward == 0.0
+    no_answer = score("arith_steps", "12+34=47+56=103", chain="running")  # no gold: arithmetic only
+    assert [s.ok for s in no_answer.steps] == [False, True]
+    stopped = score("arith_steps", "12+34=46", gold="102", chain="running")  # stopped after the easy step
+    assert [s.ok for s in stopped.steps] == [False] and stopped.reward == 0.0
+    plain = score("arith_steps", "12+34=46", gold="102", chain="running", answer_step=False)
+    assert [s.ok for s in plain.steps] == [True]  # what a process reward would pay for stopping early
     # Read as plain equalities the same chain is wrong at its first "=" (12+34 is not 46+56): the mode matters.
     assert [s.ok for s in score("arith_steps", "12+34=46+56=102", chain="equal").steps] == [False, True]
 
@@ -46,7 +54,7 @@ def test_lines_markers_and_patterns_group_claims_into_steps():
 
 
 def test_partial_credit_is_the_share_of_steps_that_hold():
-    v = score("arith_steps", "1+1=2 2+2=5 3+3=6 4+4=8", outcome="steps")
+    v = score("arith_steps", "1+1=2 2+2=5 3+3=6 4+4=8", outcome="steps")  # no gold: no answer step
     assert v.reward == pytest.approx(0.75) and v.outcome == "wrong"
     assert [s.reward for s in v.steps] == [1.0, 0.0, 1.0, 1.0]
     v = score("arith_steps", "1+1=2 2+2=5", step_right=0.5, step_wrong=-1.0)
@@ -68,7 +76,7 @@ def test_hostile_arithmetic_is_never_evaluated_past_its_bounds(text):
 def test_math_steps_checks_each_equation_with_the_math_engine():
     text = "We expand: $x^2 - 1 = (x-1)(x+1)$. Then $(x+1)^2 = x^2 + 1$. So the answer is $\\boxed{2}$."
     v = score("math_steps", text, gold="2")
-    assert [s.ok for s in v.steps] == [True, False]
+    assert [s.ok for s in v.steps] == [True, False, True]  # two equations, then the (right) answer
     assert v.outcome == "ok" and v.reward == 1.0 and v.extracted == "2"  # the final answer is the math verifier's
     assert text[: v.steps[0].end].endswith("(x+1)$")
     chain = score("math_steps", "$\\frac{1}{2} + \\frac{1}{3} = \\frac{5}{6} = \\frac{10}{12}$", gold="5/6")
