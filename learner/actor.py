@@ -371,6 +371,8 @@ class LearnActor:
         flat = result.flat()
         io.metrics.write({"event": "eval", **flat})
         log.info("eval", **flat)
+        for alarm in self.step_watch.eval_round(label, self.state.step, result.pass_at.get(1)):
+            self._raise(alarm)
         if io.evaluator.last_kept:
             await anyio.to_thread.run_sync(
                 write_jsonl, self.out / "evals" / f"{self.state.eval_rounds:03d}-{label}.jsonl", io.evaluator.last_kept

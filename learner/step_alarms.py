@@ -18,7 +18,12 @@ the policy, one ``StepRecord.flat()`` at a time:
 - ``invalid_batches``: the share of samples dropped (zero variance, stale,
   partial) rather than trained, over the last ``window_steps`` steps, at
   least ``invalid_share_max``, or risen by ``invalid_rise`` above its first
-  window's.
+  window's;
+- ``length_collapse``: the mean completion length over the last
+  ``window_steps`` steps below ``length_drop`` x its first steps' (the
+  random-reward control on the built-in example ended in empty answers);
+- ``eval_regression``: a held-out round's pass@1 ``eval_drop`` or more below
+  the round before RL (``eval_round``).
 
 An alarm is raised once when it starts to hold (logged, written to
 ``metrics.jsonl``, shown by ``up``, carried in the heartbeat's alerts) and
@@ -43,11 +48,15 @@ class StepAlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
     kl_max: Annotated[float, Meta(gt=0)] = 1.0
     # ... or grown this many times within kl_jump_steps steps, from at least kl_floor.
     kl_jump: Annotated[float, Meta(gt=1)] = 10.0
+    # The steps a KL jump is measured over.
     kl_jump_steps: Annotated[int, Meta(ge=1)] = 5
+    # A KL below this never counts as the start of a jump (noise around 0).
     kl_floor: Annotated[float, Meta(ge=0)] = 1e-3
-    # Entropy below this, or below entropy_drop x its mean over the first baseline_steps steps.
+    # Entropy below this, ...
     entropy_min: Annotated[float, Meta(ge=0)] = 0.02
+    # ... or below this share of its mean over the first baseline_steps steps.
     entropy_drop: Annotated[float, Meta(gt=0, lt=1)] = 0.1
+    # The first steps the entropy and length alarms compare with.
     baseline_steps: Annotated[int, Meta(ge=1)] = 10
     # The Unicode scripts completions are expected in (first word of a letter's Unicode name).
     scripts: tuple[str, ...] = ("LATIN",)
@@ -55,6 +64,10 @@ class StepAlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
     foreign_share_max: Annotated[float, Meta(ge=0, le=1)] = 0.05
     # Share of completions cut at max_tokens at or above this (mean of the last window_steps steps).
     clip_share_max: Annotated[float, Meta(gt=0, le=1)] = 0.5
+    # Mean completion length (last window_steps steps) below this share of its first baseline_steps'.
+    length_drop: Annotated[float, Meta(gt=0, lt=1)] = 0.6
+    # A held-out round whose pass@1 is this far (absolute) below the round before RL.
+    eval_drop: Annotated[float, Meta(gt=0, le=1)] = 0.05
     # Share of samples dropped instead of trained at or above this (last window_steps steps) ...
     invalid_share_max: Annotated[float, Meta(gt=0, le=1)] = 0.9
     # ... or risen by this much above its first window.
@@ -94,6 +107,10 @@ class StepWatch:
         self._invalid: deque[float] = deque(maxlen=w)
         self._invalid_first: list[float] = []
         self._drops_before = 0.0
+        self._len: deque[float] = deque(maxlen=w)
+        self._len_base: list[float] = []
+        self._before: float | None = None
+        self._eval_alarm: dict | None = None
         self.active: dict = {}
         self.counts: Counter[str] = Counter()
 
@@ -103,6 +120,8 @@ class StepWatch:
         current: dict = {}
         for kind, message in self._check(rec):
             current[kind] = Alarm(kind, "", message, {}, [])
+        if self._eval_alarm is not None:  # held until the next round says otherwise
+            current["eval_regression"] = self._eval_alarm
         raised = [a for k, a in current.items() if k not in self.active]
         self.counts.update(a.kind for a in raised)
         self.active = current
@@ -110,6 +129,31 @@ class StepWatch:
 
     def alerts(self) -> list[str]:
         return [a.message for a in self.active.values()]
+
+    def eval_round(self, label: str, step: int, pass_at_1: float | None) -> list:
+        """Take one held-out round's pass@1; the eval_regression alarm when it fell (new only)."""
+        from rlvr.learner.alarms import Alarm
+
+        if pass_at_1 is None:
+            return []
+        if label == "before" or self._before is None:
+            self._before = pass_at_1
+            return []
+        drop = self._before - pass_at_1
+        if drop < self.cfg.eval_drop:
+            self._eval_alarm = None
+            self.active.pop("eval_regression", None)
+            return []
+        alarm = Alarm("eval_regression", "", f"held-out pass@1 fell from {100 * self._before:.1f}% before RL to "
+                                             f"{100 * pass_at_1:.1f}% at step {step} ({label}): training is making "
+                                             "the policy worse on problems it has not seen (check the reward: is it "
+                                             "the task's?)", {}, [])
+        new = "eval_regression" not in self.active
+        self._eval_alarm = alarm
+        self.active["eval_regression"] = alarm
+        if new:
+            self.counts["eval_regression"] += 1
+        return [alarm] if new else []
 
     def _check(self, rec: dict[str, float]) -> list[tuple[str, str]]:
         cfg, out = self.cfg, []
@@ -147,6 +191,17 @@ class StepWatch:
                 out.append(("length_at_cap", f"{100 * share:.0f}% of completions over the last {len(self._clip)} steps "
                                              f"were cut at max_tokens (mean length {rec.get('response_len_mean', 0):.0f}): "
                                              "raise learn.sampling.max_tokens or add overlong shaping"))
+        if "response_len_mean" in rec:
+            n = float(rec["response_len_mean"])
+            self._len.append(n)
+            if len(self._len_base) < cfg.baseline_steps:
+                self._len_base.append(n)
+            base, now = statistics.fmean(self._len_base), statistics.fmean(self._len)
+            if len(self._len_base) == cfg.baseline_steps and len(self._len) == cfg.window_steps and \
+                    now < cfg.length_drop * base:
+                out.append(("length_collapse", f"completions shrank to {now:.1f} tokens on average over the last "
+                                               f"{len(self._len)} steps, from {base:.1f} in the first steps: the "
+                                               "policy is learning to say less (empty answers?)"))
         drops = sum(float(rec.get(k, 0.0)) for k in _DROPS)
         trained = float(rec.get("samples", 0.0))
         new_drops, self._drops_before = max(0.0, drops - self._drops_before), drops

@@ -30,6 +30,8 @@ def test_a_healthy_run_raises_nothing():
     # The built-in example's 600 steps (tests/data/healthy_steps.jsonl: 2026-12-01, run 5 of the README),
     # with the default thresholds.
     watch, raised = _run(HEALTHY, StepAlarmConfig())
+    for label, step, p in (("before", 0, 0.181), ("step300", 300, 0.363), ("after", 600, 0.489)):  # its rounds
+        raised += watch.eval_round(label, step, p)
     assert raised == [] and not watch.counts
 
 
@@ -88,3 +90,29 @@ def test_script_names():
 def test_thresholds_are_config_keys():
     with pytest.raises(msgspec.ValidationError, match="entropy_drop"):
         msgspec.convert({"entropy_drop": 2.0}, StepAlarmConfig)
+
+
+def test_completions_shrinking_to_nothing_fire():
+    # The random-reward control on the built-in example: 3.3 tokens per answer, then empty ones (EOS only).
+    _, raised = _run(_steps(5, response_len_mean=3.3) + _steps(6, response_len_mean=1.2))
+    assert [a.kind for a in raised] == ["length_collapse"]
+    _, quiet = _run(_steps(5, response_len_mean=3.3) + _steps(6, response_len_mean=3.0))
+    assert quiet == []
+
+
+def test_a_held_out_round_below_the_one_before_rl_fires_and_a_recovery_clears_it():
+    watch = StepWatch(CFG)
+    assert watch.eval_round("before", 0, 0.19) == []
+    assert watch.eval_round("step300", 300, 0.25) == []  # better: nothing
+    fell = watch.eval_round("step600", 600, 0.009)
+    assert [a.kind for a in fell] == ["eval_regression"] and "19.0%" in fell[0].message
+    assert watch.step({"step": 601}) == [] and "held-out pass@1 fell" in watch.alerts()[0]  # held, not raised again
+    assert watch.eval_round("step900", 900, 0.2) == [] and watch.alerts() == []
+    assert watch.counts["eval_regression"] == 1
+
+
+def test_the_random_control_run_says_it_is_going_wrong():
+    # runs/builtin-random (2026-12-01): held-out pass@1 19.1% -> 0.9% -> 0.4%, lengths 3.3 -> 1.6.
+    watch = StepWatch()
+    watch.eval_round("before", 0, 0.191)
+    assert [a.kind for a in watch.eval_round("step300", 300, 0.009)] == ["eval_regression"]
