@@ -28,7 +28,6 @@ that is ``rlvr.verify.pool``. Calling a ``BoundVerifier`` runs it right here.
 from __future__ import annotations
 
 import atexit
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -36,6 +35,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import Struct
 
+from rlvr.actors.plugins import PluginImportError, import_attr
 from rlvr.protocol.samples import Episode, Sample, Verdict
 from rlvr.protocol.tasks import ChatMessage, VerifierSpec
 from rlvr.sandbox.config import SandboxConfig
@@ -354,18 +354,13 @@ def get(name: str) -> Verifier:
 
 
 def _import_verifier(path: str) -> Verifier:
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise VerifierPluginError(f"plug-in {path!r} is not 'package.module:ATTR'")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise VerifierPluginError(f"plug-in {path!r}: cannot import {module_name!r}: {e}") from None
-    if not hasattr(module, attr):
-        raise VerifierPluginError(f"plug-in {path!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = import_attr(path)
+    except PluginImportError as e:
+        raise VerifierPluginError(f"plug-in {e}") from None
     from rlvr.verify.reward_fns import adapt  # verl- and TRL-style functions become Verifiers
 
-    return adapt(getattr(module, attr), path)
+    return adapt(obj, path)
 
 
 def resolve(spec: VerifierSpec) -> BoundVerifier:

@@ -10,9 +10,9 @@ dead-lettered with that reason.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
+from rlvr.actors.plugins import PluginImportError, import_attr
 from rlvr.rollout.envs.base import Environment
 
 
@@ -51,14 +51,10 @@ def load_environments(paths: list[str] | tuple[str, ...]) -> None:
     for path in paths:
         if path in _plugins:
             continue
-        module_name, _, attr = path.partition(":")
-        if not module_name or not attr:
-            raise EnvironmentPluginError(f"environment plug-in {path!r} is not 'package.module:ATTR'")
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise EnvironmentPluginError(f"environment plug-in {path!r}: cannot import {module_name!r}: {e}") from None
-        obj = getattr(module, attr, None)
+            obj = import_attr(path)
+        except PluginImportError as e:
+            raise EnvironmentPluginError(f"environment plug-in {e}") from None
         if not (isinstance(obj, type) and issubclass(obj, Environment)):
             raise EnvironmentPluginError(f"environment plug-in {path!r} is not an Environment subclass")
         _plugins[path] = obj
