@@ -140,8 +140,12 @@ class ObservabilityConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Head sampling: the fraction of trajectories traced, decided once where a
     # trace starts (the feeder) and followed by every later hop (parent-based).
     # An unsampled trajectory costs almost nothing; a sampled one keeps its
-    # whole cross-process trace. 1.0 traces everything (fine for small runs).
-    trace_sample_ratio: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    # whole cross-process trace. Optimizer steps and weight loads are always
+    # traced (they are few). 1.0 traces every trajectory (`up --trace-all`).
+    trace_sample_ratio: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.02
+    # A "file" trace past this size is rotated to <name>.1.jsonl (replacing the
+    # previous one), so a process keeps at most twice this on disk; 0 = no cap.
+    trace_file_max_mb: Annotated[float, Meta(ge=0.0)] = 64.0
 
 
 class SharedSections(Struct, frozen=True):

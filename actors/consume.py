@@ -95,7 +95,7 @@ from rlvr.actors.delivery import (
     Term,
 )
 from rlvr.actors.logs import bind_message, get_logger
-from rlvr.actors.retry import FOREVER, retrying
+from rlvr.actors.retry import FOREVER, call_retrying, retrying
 from rlvr.actors.tracing import passing_on, trace_id_of
 from rlvr.protocol.subjects import ConsumerDef
 from rlvr.protocol.validate import check_message
@@ -274,17 +274,18 @@ class Consumer(Generic[T]):
         def count(_: BaseException) -> None:
             self.stats.counters["pull_failures"] += 1
 
+        async def pull() -> list[Msg]:
+            try:
+                return await sub.fetch(batch=batch, timeout=self.bus.cfg.fetch_timeout_s)
+            except (NatsTimeoutError, asyncio.TimeoutError):
+                # nats-py raises its own TimeoutError for batch=1 and asyncio's
+                # for batch>1 when nothing arrived: either way, no messages.
+                return []
+
         wait_s = self.bus.cfg.topology_wait_s
         try:
-            async for attempt in retrying("pull", until=wait_s, wait_initial=0.5, wait_max=self._backoff_max_s,
-                                          on_retry=count, consumer=self.cd.durable, stream=self.cd.stream):
-                with attempt:
-                    try:
-                        return await sub.fetch(batch=batch, timeout=self.bus.cfg.fetch_timeout_s)
-                    except (NatsTimeoutError, asyncio.TimeoutError):
-                        # nats-py raises its own TimeoutError for batch=1 and asyncio's
-                        # for batch>1 when nothing arrived: either way, no messages.
-                        return []
+            return await call_retrying("pull", pull, until=wait_s, wait_initial=0.5, wait_max=self._backoff_max_s,
+                                       on_retry=count, consumer=self.cd.durable, stream=self.cd.stream)
         except Exception as e:
             if not is_transient_bus_fault(e):
                 raise
@@ -294,7 +295,6 @@ class Consumer(Generic[T]):
                 f"about {wait_s:g}s (bus.topology_wait_s); last error: {type(e).__name__}: {e}; if the "
                 "consumer was deleted, `rlvr-actor init` or a learner restart recreates it"
             ) from e
-        raise AssertionError("unreachable: retrying either returns or raises")
 
     async def _handle(self, obj: T, delivery: Delivery) -> Outcome:
         """The handler's outcome. A transient bus fault (a publish that timed
@@ -307,19 +307,23 @@ class Consumer(Generic[T]):
             self.stats.counters["bus_retries"] += 1
             await self._safely(delivery.msg.in_progress, "in_progress")
 
+        attempts = 0
+
+        async def attempt() -> Outcome:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                await self._safely(delivery.msg.in_progress, "in_progress")
+            return await self.handle(obj, delivery) or Ack()
+
         try:
-            async for attempt in retrying("handle", until=FOREVER, wait_max=self._backoff_max_s, on_retry=keep_alive,
-                                          stream_seq=delivery.stream_seq):
-                with attempt:
-                    if attempt.retry_state.attempt_number > 1:
-                        await self._safely(delivery.msg.in_progress, "in_progress")
-                    return await self.handle(obj, delivery) or Ack()
+            return await call_retrying("handle", attempt, until=FOREVER, wait_max=self._backoff_max_s,
+                                       on_retry=keep_alive, stream_seq=delivery.stream_seq)
         except ActorFatalError:
             raise
         except Exception as e:  # a fault: infrastructure, engine, bug
             self.stats.counters["faults"] += 1
             return self._fault_outcome(delivery, e)
-        raise AssertionError("unreachable: retrying FOREVER either returns or raises")
 
     async def _one(self, msg: Msg) -> None:
         self.stats.in_flight += 1

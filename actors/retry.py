@@ -12,6 +12,10 @@ default, so each call says how long it may take: seconds (the last error is
 raised once the next wait would pass them) or ``FOREVER`` (a shutdown's
 cancellation is the only way out; the loop says so in its log and counters).
 
+On a hot path (a handler per message, a pull per batch) use ``call_retrying``:
+the same policy, but the first attempt is a plain call, and tenacity's
+machinery (tens of microseconds) is built only once an attempt has failed.
+
 Only what ``on`` accepts is retried: by default ``is_transient_bus_fault`` (a
 request that timed out, no responders or no leader, a full store, a
 connection being re-made). Any other exception is raised at once: a bug or a
@@ -21,6 +25,7 @@ bad input is never retried into a hang.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 from tenacity import (
@@ -36,6 +41,7 @@ from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.logs import get_logger
 
 FOREVER: None = None
+T = TypeVar("T")
 log = get_logger("rlvr.retry")
 
 
@@ -72,4 +78,32 @@ def retrying(
     )
 
 
-__all__ = ["FOREVER", "retrying"]
+async def call_retrying(
+    what: str,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    until: float | None,
+    on: Callable[[BaseException], bool] = is_transient_bus_fault,
+    **kwargs: object,
+) -> T:
+    """``await fn()``, retried as ``retrying(what, until=..., on=..., **kwargs)``
+    would. The first attempt is a plain call; a failure that ``on`` accepts is
+    handed to the retry loop as its first attempt's outcome (logged, counted by
+    ``on_retry``, waited on), so the policy is the same, only cheaper when
+    nothing fails."""
+    try:
+        return await fn()
+    except BaseException as e:
+        if not on(e):
+            raise
+        first: BaseException | None = e
+    async for attempt in retrying(what, until=until, on=on, **kwargs):  # type: ignore[arg-type]
+        with attempt:
+            if first is not None:
+                error, first = first, None
+                raise error
+            return await fn()
+    raise AssertionError("unreachable: retrying either returns or raises")
+
+
+__all__ = ["FOREVER", "call_retrying", "retrying"]

@@ -9,9 +9,11 @@ config names: ``file`` writes one JSON object per span per line to
 
 Cost per message is kept small, because every hop of every trajectory pays it:
 
-- head sampling (``observability.trace_sample_ratio``): the trace's root
-  decides once, every later hop follows the ``traceparent`` flag
-  (``ParentBased``), so a trajectory is traced whole or not at all;
+- head sampling (``observability.trace_sample_ratio``, 2% by default): the
+  trace's root decides once, every later hop follows the ``traceparent`` flag
+  (``ParentBased``), so a trajectory is traced whole or not at all. The run's
+  own timeline (``RUN_SPANS``: optimizer steps, weight loads) is always
+  recorded: a few spans per step, linking only the sampled trajectories;
 - exporter "none" installs no SDK provider (``make_provider``);
 - the tracer is made once per process (``tracer()``), not per message;
 - a hop's span (``hop_span``) in a process that records nothing, or for a
@@ -19,7 +21,9 @@ Cost per message is kept small, because every hop of every trajectory pays it:
   object, no header parsing, no context attach and detach per message; the
   incoming ``traceparent`` is passed on as is;
 - the file exporter writes each exported batch with one ``write`` (spans are
-  batched by ``BatchSpanProcessor``), not one line-buffered write per span.
+  batched by ``BatchSpanProcessor``), not one line-buffered write per span,
+  and rotates its file at ``trace_file_max_mb`` (one previous file kept), so
+  a week-long run cannot fill the disk with traces.
 """
 
 from __future__ import annotations
@@ -42,7 +46,13 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_ON,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 _propagator = TraceContextTextMapPropagator()
@@ -73,22 +83,64 @@ def _span_line(span: ReadableSpan) -> str:
 
 
 class JsonLinesExporter(SpanExporter):
-    """One JSON object per span per line; one write and one flush per batch."""
+    """One JSON object per span per line; one write and one flush per batch.
 
-    def __init__(self, path: Path) -> None:
+    With ``max_bytes``, a file that has reached it is renamed to
+    ``<stem>.1.jsonl`` (replacing the one before) and a new one is started:
+    the newest spans are kept, at most about twice ``max_bytes`` on disk.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = 0) -> None:
+        self._path = path
+        self._max = max_bytes
         self._out = open(path, "a", encoding="utf-8")  # noqa: SIM115 (lives with the process)
+        self._size = self._out.tell()
 
     def export(self, spans) -> SpanExportResult:
-        self._out.write("".join(_span_line(span) for span in spans))
+        text = "".join(_span_line(span) for span in spans)
+        if self._max and self._size and self._size + len(text) > self._max:
+            self._rotate()
+        self._out.write(text)
         self._out.flush()
+        self._size += len(text)
         return SpanExportResult.SUCCESS
+
+    def _rotate(self) -> None:
+        self._out.close()
+        self._path.replace(self._path.with_suffix(".1.jsonl"))
+        self._out = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
+        self._size = 0
 
     def shutdown(self) -> None:
         self._out.close()
 
 
+# Spans that start traces of their own and are always recorded: the run's timeline
+# (one per optimizer step or weight load), not one per trajectory.
+RUN_SPANS = frozenset({"learn.step", "rollout.load_weights"})
+
+
+class HeadSampler(Sampler):
+    """Root decisions: a trajectory's root (the feeder's task span) is sampled
+    at ``ratio`` by its trace id; a span in ``RUN_SPANS`` always. Used under
+    ``ParentBased``, so every later hop follows its root."""
+
+    def __init__(self, ratio: float) -> None:
+        self._ratio = TraceIdRatioBased(ratio)
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None,
+                      trace_state=None) -> SamplingResult:
+        sampler = ALWAYS_ON if name in RUN_SPANS else self._ratio
+        return sampler.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        return f"HeadSampler({self._ratio.get_description()}, always {sorted(RUN_SPANS)})"
+
+
+
 def make_provider(
-    *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path, sample_ratio: float = 1.0
+    *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path, sample_ratio: float = 1.0,
+    file_max_bytes: int = 0,
 ) -> TracerProvider | None:
     """The tracer provider a process with these settings uses; None when it
     has nothing to export (exporter "none" and no OTLP endpoint).
@@ -104,7 +156,7 @@ def make_provider(
     resource = Resource.create(
         {"service.name": f"rlvr-{service}", "service.instance.id": replica, "rlvr.run": run}
     )
-    provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(sample_ratio)))
+    provider = TracerProvider(resource=resource, sampler=ParentBased(HeadSampler(sample_ratio)))
     if otlp:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -114,19 +166,21 @@ def make_provider(
         path.mkdir(parents=True, exist_ok=True)
         # Batched: a span's end must not cost a synchronous write in the hot
         # path; shutdown_tracing() flushes what is pending on a clean exit.
-        provider.add_span_processor(BatchSpanProcessor(JsonLinesExporter(path / f"{service}-{replica}.jsonl")))
+        exporter_ = JsonLinesExporter(path / f"{service}-{replica}.jsonl", max_bytes=file_max_bytes)
+        provider.add_span_processor(BatchSpanProcessor(exporter_))
     elif exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     return provider
 
 
 def setup_tracing(
-    *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path, sample_ratio: float = 1.0
+    *, service: str, replica: str, run: str, exporter: str, trace_dir: str | Path, sample_ratio: float = 1.0,
+    file_max_bytes: int = 0,
 ) -> None:
     """Install this process's tracer provider (once; see ``make_provider``)."""
     global _provider
     provider = make_provider(service=service, replica=replica, run=run, exporter=exporter, trace_dir=trace_dir,
-                             sample_ratio=sample_ratio)
+                             sample_ratio=sample_ratio, file_max_bytes=file_max_bytes)
     if provider is None:
         return
     trace.set_tracer_provider(provider)

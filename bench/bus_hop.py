@@ -1,6 +1,6 @@
 """The verify hop against a raw nats-py relay: messages/s and CPU per message, side by side (issue 14).
 
-    python bench/bus_hop.py                                # both sizes, 1 worker, tracing off: 3000 samples x 3
+    python bench/bus_hop.py                                # both sizes, 1 worker, tracing as `up`: 3000 samples x 3
     python bench/bus_hop.py --samples 500 --repeats 1      # quick: about a minute
     python bench/bus_hop.py --tracing off,full --workers 1,2
     python bench/bus_hop.py --tracing sampled              # needs observability.trace_sample_ratio
@@ -30,9 +30,12 @@ is read from /proc for the path's process tree (role + pool workers, or the
 relay) and for nats-server, from before the first publish until every input
 is acked. This process (the publisher) is reported apart.
 
-``--tracing``: ``off`` = trace_exporter "none"; ``full`` = "file"; ``sampled`` =
+``--tracing``: ``off`` = trace_exporter "none"; ``default`` (the default) = what
+``rlvr-actor up`` runs: "file" at the config's default ``trace_sample_ratio``
+(2%), that share of the inputs' traceparents flagged sampled (the feeder's head
+decision, forwarded); ``full`` = "file" with every input sampled; ``sampled`` =
 "file" with ``observability.trace_sample_ratio = 0.1``, and 10% of the inputs'
-traceparents flagged sampled (the feeder's head decision, forwarded);
+traceparents flagged sampled;
 ``noop`` = "none" with ``OTEL_SDK_DISABLED=true`` in the role's environment, so
 the OpenTelemetry API hands out its no-op tracer: no span is even created
 (what an unsampled message could cost at best). The relay never traces.
@@ -64,7 +67,7 @@ import anyio
 
 from bus_common import SIZES, relay, samples, tree_cpu_s  # bench/ is sys.path[0]
 from rlvr.actors.bus import Bus
-from rlvr.actors.config import BusConfig, ConfigError, NatsConfig
+from rlvr.actors.config import BusConfig, ConfigError, NatsConfig, ObservabilityConfig
 from rlvr.cli.natsserver import NatsServer
 from rlvr.protocol import Heartbeat, RunNames, Scored, decode
 
@@ -77,7 +80,10 @@ TRACING = {
     "noop": ("none", None, 1.0, {"OTEL_SDK_DISABLED": "true"}),  # the SDK's no-op tracer: the floor
     "off": ("none", None, 1.0, {}),
     "sampled": ("file", 0.1, 0.1, {}),
-    "full": ("file", None, 1.0, {}),
+    # What `rlvr-actor up` runs: file traces at the config's default ratio (2%), and that
+    # share of the inputs flagged sampled by their root (the feeder).
+    "default": ("file", None, ObservabilityConfig().trace_sample_ratio, {}),
+    "full": ("file", 1.0, 1.0, {}),
 }
 
 
@@ -311,7 +317,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=200, help="samples per path before the rounds")
     ap.add_argument("--sizes", type=_csv(str, SIZES), default=list(SIZES))
     ap.add_argument("--workers", type=_csv(int), default=[1], help="pool sizes, e.g. 1,2")
-    ap.add_argument("--tracing", type=_csv(str, TRACING), default=["off"], help="noop, off, sampled, full (comma list)")
+    ap.add_argument("--tracing", type=_csv(str, TRACING), default=["default"],
+                    help="noop, off, sampled, default, full (comma list; default: as `up` traces)")
     ap.add_argument("--profile", help="run the role under cProfile, writing DIR/verify-<config>.prof")
     ap.add_argument("--keep", help="work in DIR and keep it (role logs, traces, nats store) instead of a temp dir")
     ap.add_argument("--label", default="", help="free text recorded with the results (e.g. baseline)")

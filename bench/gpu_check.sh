@@ -12,7 +12,10 @@
 #   - vLLM's log-probs against the learner's (<= 0.01, float32) after a weight
 #     reload of each kind: full weights (reload_weights) and a LoRA adapter
 #     (a LoRARequest per version): reload seconds, bytes, tokens/s;
-#   - a few steps of `rlvr-actor up` with examples/gpu_qwen.toml pointed at the model.
+#   - a few steps of `rlvr-actor up` with examples/gpu_qwen.toml pointed at the model;
+#   - weights by collective with NCCL (bench/weights_collective.py, learner on cuda:0, replica
+#     receiving on cuda:1) against object_store, when two CUDA devices exist (NCCL refuses two ranks
+#     on one device): seconds per sync into $OUT/weights_collective.jsonl.
 #
 # Environment: PYTHON (default .venv/bin/python), OUT (default runs/gpu_check),
 # RLVR_GPU_MODEL (a model folder to reuse instead of building one).
@@ -51,6 +54,13 @@ fi
   || { echo "FAIL no CUDA device (use --dry-run on a CPU)"; exit 1; }
 "$PY" -m pytest -m gpu tests/gpu -s -p no:cacheprovider --junitxml="$OUT/gpu_check.xml" \
   -o junit_logging=system-out 2>&1 | tee "$OUT/gpu_check.log"
+if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 else 1)"; then
+  "$PY" bench/weights_collective.py --transports nccl,object_store --device cuda:0 --replica-device cuda:1 \
+    --hidden 1024 --layers 8 --out "$OUT/weights_collective.jsonl" 2>&1 | tee "$OUT/weights_collective.log" | tail -1 \
+    || echo "FAIL weights_collective nccl (see $OUT/weights_collective.log)"
+else
+  echo "SKIP weights_collective nccl: needs two CUDA devices"
+fi
 "$PY" - "$OUT/gpu_check.xml" <<'EOF'
 import re
 import sys

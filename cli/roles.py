@@ -104,7 +104,7 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
     run_dir = os.environ.get("RLVR_RUN_DIR")
     trace_dir = Path(run_dir) / obs.trace_dir if run_dir and not Path(obs.trace_dir).is_absolute() else Path(obs.trace_dir)
     setup_tracing(service=role, replica=replica, run=cfg.run, exporter=obs.trace_exporter, trace_dir=trace_dir,
-                  sample_ratio=obs.trace_sample_ratio)
+                  sample_ratio=obs.trace_sample_ratio, file_max_bytes=int(obs.trace_file_max_mb * 2**20))
     from functools import partial
 
     from rlvr.actors.runtime import serve

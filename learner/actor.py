@@ -50,13 +50,14 @@ from rlvr.learner.feeder import Feeder
 from rlvr.learner.groups import Group, GroupAssembler, filter_group
 from rlvr.learner.lease import LearnerLease
 from rlvr.learner.metrics import MetricsWriter, batch_metrics, write_json_atomic, write_jsonl
-from rlvr.learner.records import StepRecord
+from rlvr.learner.records import StepRecord, first_gain
 from rlvr.learner.rollout_versions import RolloutVersions
 from rlvr.protocol import OUTCOMES, Scored, decode
 from rlvr.protocol.subjects import KV_CONFIG, KV_LEARNER
 from rlvr.protocol.validate import MessageInvalidError, check_token_ids_in_vocab
 
 if TYPE_CHECKING:
+    from rlvr.learner.collective import CollectiveHost
     from rlvr.learner.trainer import Trainer
 
 log = get_logger("rlvr.learner")
@@ -77,6 +78,7 @@ class LearnActor:
         self.resolved_config = resolved_config  # published to the run's KV at start (redacted by the caller)
         self.out = Path(cfg.out_dir or run_dir or f"runs/{run}")
         self.started = time.monotonic()
+        self.started_unix = time.time()
         self.state = LearnerState()
         # Every sample's fate, from its arrival to the checkpoint that records it.
         self.custody = Custody()
@@ -90,6 +92,7 @@ class LearnActor:
         # Made by _restore, once the bus and the checkpoint are at hand.
         self._io: _LearnerIO | None = None
         self.trainer: Trainer | None = None
+        self.collective: CollectiveHost | None = None  # weights_transport = "nccl" only
 
     @property
     def io(self) -> _LearnerIO:
@@ -185,12 +188,20 @@ class LearnActor:
                     tg.start_soon(self._publish_config, ctx)
                 await tg.start(io.consumer.run, consumer_stop)
                 await tg.start(io.rollouts.run)
+                if self.trainer is not None and self.cfg.weights_transport == "nccl":
+                    from rlvr.learner.collective import CollectiveHost  # torch: not for a dry learner
+
+                    assert self.cfg.collective is not None  # LearnConfig checked it
+                    self.collective = CollectiveHost(self.cfg.collective)
+                    await tg.start(self.collective.run, ctx.bus)
                 tg.start_soon(self._expire_partial_groups)
                 tg.start_soon(self._report_progress)
                 await self._main(ctx, tg, resumed=resumed)
                 consumer_stop.set()
                 tg.cancel_scope.cancel()
         finally:
+            if self.collective is not None:
+                self.collective.close()
             if self._io is not None:
                 self._io.metrics.close()
                 self._io.history.close()
@@ -355,7 +366,8 @@ class LearnActor:
                                       version=self.state.version):
             with attempt:
                 await self.trainer.publish(bus, self.out / "weights", self.state.version, self.state.step,
-                                           self.cfg.weights_transport, self.cfg.keep_weights_every)
+                                           self.cfg.weights_transport, self.cfg.keep_weights_every,
+                                           collective=self.collective)
         self.io.feeder.policy_version = self.state.version
         return time.monotonic() - t0
 
@@ -417,20 +429,30 @@ class LearnActor:
         evals = self.state.eval_history
         before = next((e for e in evals if e.label == "before"), None)
         after = next((e for e in reversed(evals) if e.label == "after"), None)
+        flat = [e.flat() for e in evals]
         summary = {
             "run": self.io.ctx.names.run, "steps": self.state.step, "samples_trained": self.state.samples_trained,
             "policy_version": self.state.version, "stopped_early": stopped,
             "pass_at_1_before": before.pass_at.get(1) if before else None,
             "pass_at_1_after": after.pass_at.get(1) if after else None,
-            "evals": [e.flat() for e in evals],
+            "evals": flat,
             "samples": self.custody.accounting(self.state.samples_trained),
             "drops": self.custody.drop_totals(),
             "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
             "alarms": [a.message for a in self.watch.active.values()] + self.step_watch.alerts(),
             "alarm_counts": dict(self.step_watch.counts + self.watch.counts),
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
+            "time_to_gain": self._time_to_gain(flat),
         }
         return summary
+
+    def _time_to_gain(self, evals: list[dict]) -> dict | None:
+        """``first_gain`` of the eval rounds, with the seconds from this learner's start
+        (``up`` adds the seconds from its own start)."""
+        gain = first_gain(evals, self.cfg.eval.gain_points)
+        if gain is not None and gain["finished_at"]:
+            gain["learner_seconds"] = round(gain["finished_at"] - self.started_unix, 1)
+        return gain
 
     def heartbeat(self) -> HeartbeatFields:
         gauges = {k: float(v) for k, v in self.last_record.flat().items()} if self.last_record else {}

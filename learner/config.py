@@ -49,6 +49,9 @@ class EvalConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Completions of each round kept with their prompts and verdicts, to read what the model
     # wrote and how it was judged: <run_dir>/evals/<round>-<label>.jsonl (0 = none).
     keep_completions: Annotated[int, Meta(ge=0)] = 64
+    # The summary's `time_to_gain`: the first round whose pass@1 is this much above
+    # the "before" round's (0.20 = +20 points), with its step and seconds.
+    gain_points: Annotated[float, Meta(gt=0, le=1)] = 0.20
 
 
 class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -89,6 +92,27 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
     tool_share: Annotated[float, Meta(ge=0, le=1)] = 0.0
 
 
+class CollectiveConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """How the learner broadcasts weights by collective (``weights_transport = "nccl"``:
+    rlvr.learner.collective, docs/deploy.md "Weights by collective")."""
+
+    # "nccl" (GPUs), "gloo" (CPUs), or "auto": nccl where CUDA is, gloo elsewhere.
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    # host:port of the learner's rendezvous store: it listens on the port, and replicas
+    # connect to exactly this address (so a host they can reach, not 0.0.0.0).
+    address: str = ""
+    # Seconds any collective step may take (forming a group, one version's broadcast,
+    # a store call); past it the replica is dropped from the collective and falls back.
+    timeout_s: Annotated[float, Meta(gt=0)] = 60.0
+    # How a replica gets a version its collective missed (failed, timed out, joined late):
+    # "object_store": it asks, and the learner uploads its current version to the run's
+    # bucket once and announces it; "path": the announcement names the export folder
+    # (a filesystem every replica can read) and the replica reads it there.
+    fallback: Literal["object_store", "path"] = "object_store"
+    # torch device the learner stages tensors on for the broadcast ("" = "cuda" for nccl, "cpu" for gloo).
+    device: str = ""
+
+
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Where training and held-out prompts come from:
     # kind = "arithmetic" | "jsonl" | "hf" | "builtin" | "reasoning_gym" (docs/datasets.md).
@@ -120,9 +144,12 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Publish weights every this many optimizer steps.
     sync_every: PositiveInt = 1
     # How weights reach the rollouts: "object_store" (the run's JetStream
-    # bucket, any machine) or "path" (a directory every replica can read:
-    # the same machine or a shared filesystem; no copy through NATS).
-    weights_transport: Literal["object_store", "path"] = "object_store"
+    # bucket, any machine), "path" (a directory every replica can read:
+    # the same machine or a shared filesystem; no copy through NATS), or "nccl":
+    # a broadcast from the learner to each replica (gloo or NCCL: [learn.collective]).
+    weights_transport: Literal["object_store", "path", "nccl"] = "object_store"
+    # The collective broadcast of weights_transport = "nccl" (address required then).
+    collective: CollectiveConfig | None = None
     # Checkpoint every this many optimizer steps (samples count as consumed only then).
     checkpoint_every: PositiveInt = 10
     # Also keep every this many exported policy versions in the learner's weights/v<N>, for
@@ -154,6 +181,7 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     allow_retention_gap: bool = False
 
     def __post_init__(self) -> None:
+        check_collective(self)
         if self.train_verifier is not None:
             train_dataset(self)  # the override fits this dataset kind's verifier, or the key is named
         # The learner recomputes log-probs at its engine's temperature; they
@@ -172,6 +200,26 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
         # max_staleness. (B x (max_staleness + 1) would let half the work go
         # stale by one version more and be dropped.)
         return self.max_inflight_tasks or self.groups_per_step * max(1, self.max_staleness)
+
+
+def check_collective(cfg: LearnConfig) -> None:
+    """``weights_transport = "nccl"`` needs ``[learn.collective]`` with a usable address."""
+    from rlvr.actors.collective import parse_address
+
+    c = cfg.collective
+    if cfg.weights_transport != "nccl":
+        if c is not None:
+            raise ValueError(f'learn.collective is set but learn.weights_transport = "{cfg.weights_transport}"; '
+                             'set it to "nccl" or remove [learn.collective]')
+        return
+    if c is None or not c.address:
+        raise ValueError('learn.weights_transport = "nccl" needs learn.collective.address (host:port replicas reach)')
+    parse_address(c.address, "learn.collective.address")
+    if c.backend == "gloo" and c.device.startswith("cuda"):
+        raise ValueError(f'learn.collective.device = "{c.device}" with backend "gloo": gloo moves CPU tensors')
+    if cfg.engine is not None and cfg.engine.lora.enabled:
+        raise ValueError('learn.weights_transport = "nccl" with learn.engine.lora: adapters go by "object_store" '
+                         'or "path" (they are small); the collective sends full weights only')
 
 
 def train_dataset(cfg: LearnConfig) -> DatasetConfig:

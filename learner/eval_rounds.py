@@ -65,6 +65,7 @@ class EvalRound:
             mean_correct_fraction=statistics.fmean(c / self.n for c in counts) if counts else None,
             seconds=seconds,
             step=step,
+            finished_at=time.time(),
         )
 
 

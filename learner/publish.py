@@ -10,6 +10,13 @@ stored, so a replica never sees a version it cannot fetch; it carries each
 file's sha256 and size, and the replica checks them before loading. A LoRA
 run publishes its adapter the same way, flagged ``adapter`` in the
 announcement (adapter_model.safetensors + adapter_config.json).
+
+Collective transport (``"nccl"``, gloo or NCCL: learner/collective.py): the
+announcement names the rendezvous (``location``), the tensors' sha256 and the
+exported files (with ``fallback_path`` when the fallback is a shared path); the
+tensors themselves go out by broadcast after it. ``msg_id_suffix`` lets the
+learner publish a second announcement of one version (the object-store copy a
+replica asked for after its collective failed) past the duplicate window.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ async def publish_weights(
     tied_embeddings: bool,
     transport: str = "object_store",
     adapter: bool = False,
+    location: str = "",
+    tensors_sha256: str = "",
+    fallback_path: str = "",
+    msg_id_suffix: str = "",
 ) -> WeightsAnnouncement:
     if transport == "object_store":
         store = await bus.js.object_store(bus.names.weights_bucket)
@@ -46,6 +57,10 @@ async def publish_weights(
                 await store.put(obj, f)
             wire_files.append(WeightFile(obj, sha, size))
         location = bus.names.weights_bucket
+    elif transport == "nccl":
+        if not location:
+            raise ValueError("the nccl transport needs the rendezvous location")
+        wire_files = [WeightFile(name, sha, size) for name, sha, size in files]
     else:
         wire_files = [WeightFile(name, sha, size) for name, sha, size in files]
         location = str(directory.resolve())
@@ -61,8 +76,10 @@ async def publish_weights(
         created_at=time.time(),
         tied_embeddings=tied_embeddings,
         adapter=adapter,
+        tensors_sha256=tensors_sha256,
+        fallback_path=fallback_path,
     )
-    await bus.publish(bus.names.weights, ann, msg_id=f"weights/{version}")
+    await bus.publish(bus.names.weights, ann, msg_id=f"weights/{version}{msg_id_suffix}")
     await bus.kv_put(KV_POLICY_VERSION, str(version).encode())
     if transport == "object_store":
         await _prune(bus, keep_from=version - 1)

@@ -49,6 +49,7 @@ class EvalResult(msgspec.Struct, frozen=True):
     mean_correct_fraction: float | None = None
     seconds: float = 0.0
     step: int = 0  # the learner step the round ran after
+    finished_at: float = 0.0  # unix time the round ended (0: a checkpoint from before the field)
 
     def flat(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -60,4 +61,19 @@ class EvalResult(msgspec.Struct, frozen=True):
         return out
 
 
-__all__ = ["EvalResult", "StepRecord"]
+def first_gain(evals: list[dict[str, Any]], points: float) -> dict[str, Any] | None:
+    """The first eval round (flat records, in order) whose pass@1 is at least
+    ``points`` above the "before" round's: its label, step, pass@1, gain and
+    ``finished_at``; None before it happens (or without a "before" round)."""
+    before = next((e.get("pass_at_1") for e in evals if e.get("label") == "before"), None)
+    if not isinstance(before, (int, float)):
+        return None
+    for e in evals:
+        p1 = e.get("pass_at_1")
+        if e.get("label") != "before" and isinstance(p1, (int, float)) and p1 - before >= points - 1e-12:
+            return {"points": points, "label": e.get("label"), "step": e.get("step"), "pass_at_1": p1,
+                    "gain": round(p1 - before, 4), "finished_at": e.get("finished_at") or None}
+    return None
+
+
+__all__ = ["EvalResult", "StepRecord", "first_gain"]

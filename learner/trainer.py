@@ -19,6 +19,7 @@ import functools
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -30,6 +31,9 @@ from rlvr.learner.publish import publish_weights
 from rlvr.learner.ranks import RankGroup, world_size
 from rlvr.learner.steps import StepAligner, group_token_advantages
 from rlvr.protocol import Scored
+
+if TYPE_CHECKING:
+    from rlvr.learner.collective import CollectiveHost
 
 
 class Trainer:
@@ -119,10 +123,12 @@ class Trainer:
         self.engine = self.ranks = None
 
     async def publish(
-        self, bus: Bus, weights_root: Path, version: int, step: int, transport: str, keep_every: int = 0
+        self, bus: Bus, weights_root: Path, version: int, step: int, transport: str, keep_every: int = 0,
+        collective: CollectiveHost | None = None,
     ) -> None:
         """Export this version's weights and announce them; keep the last two exports,
-        and every ``keep_every``-th version when it is set."""
+        and every ``keep_every``-th version when it is set. With ``transport = "nccl"``
+        the ``collective`` host announces and broadcasts them (learner/collective.py)."""
         engine = self._engine()
         directory = weights_root / f"v{version}"
         files = await self.export(directory)
@@ -132,10 +138,16 @@ class Trainer:
             if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json", ".bin")):
                 shutil.copy(f, directory / f.name)
         dtype = self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")
-        await publish_weights(
-            bus, directory, files, version=version, step=step, dtype=dtype,
-            tied_embeddings=engine.tied_embeddings, transport=transport, adapter=engine.adapter,
-        )
+        if transport == "nccl":
+            if collective is None:
+                raise TrainerNotStartedError('weights_transport = "nccl" but no collective host runs')
+            await collective.publish(bus, directory, files, version=version, step=step, dtype=dtype,
+                                     tied_embeddings=engine.tied_embeddings)
+        else:
+            await publish_weights(
+                bus, directory, files, version=version, step=step, dtype=dtype,
+                tied_embeddings=engine.tied_embeddings, transport=transport, adapter=engine.adapter,
+            )
         for old in stale_exports(weights_root, version, keep_every):
             shutil.rmtree(old, ignore_errors=True)
 

@@ -10,7 +10,7 @@ Transport = Literal["object_store", "path", "nccl"]
 
 
 class WeightFile(Struct, frozen=True, array_like=True):
-    name: str  # object name (object_store) or file name under ``location`` (path)
+    name: str  # object name (object_store), or file name under ``location`` (path) / ``fallback_path`` (nccl)
     sha256: str
     bytes: Annotated[int, Meta(ge=0)]
 
@@ -20,7 +20,8 @@ class WeightsAnnouncement(Struct, frozen=True, tag="weights", omit_defaults=True
     version: Annotated[int, Meta(ge=0)]
     step: Annotated[int, Meta(ge=0)]
     transport: Transport
-    # Object-store bucket name, a directory path/URI, or an NCCL group name.
+    # Object-store bucket name, a directory path/URI, or for "nccl" (a collective, gloo or
+    # NCCL: rlvr.actors.collective) the learner's rendezvous as "<gloo|nccl>://host:port".
     location: str
     files: list[WeightFile]
     dtype: str
@@ -34,6 +35,13 @@ class WeightsAnnouncement(Struct, frozen=True, tag="weights", omit_defaults=True
     # adapter_config.json) for the base model the replica serves, not full weights.
     # A replica that predates the field ignores it and rejects the blob (tensors missing).
     adapter: bool = False
+    # "nccl" only: sha256 over the tensors in the order they are broadcast (each name,
+    # dtype, shape and raw bytes: rlvr.actors.collective.tensors_sha256).
+    tensors_sha256: Annotated[str, Meta(pattern="^([0-9a-f]{64})?$")] = ""
+    # "nccl" only: a directory every replica can read holding ``files`` (learn.collective
+    # fallback = "path"); "" = a replica whose collective fails asks the learner for the
+    # version through the object store instead.
+    fallback_path: Annotated[str, Meta(max_length=4096)] = ""
 
 
 __all__ = ["Transport", "WeightFile", "WeightsAnnouncement"]

@@ -10,6 +10,30 @@ from rlvr.rollout.engines.base import GenerationEngineConfig, TrivialEngineConfi
 from rlvr.sandbox.config import SandboxConfig
 
 
+class RolloutCollectiveConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Joining the learner's weight broadcast (learn.weights_transport = "nccl":
+    rlvr.rollout.collective, docs/deploy.md "Weights by collective")."""
+
+    # Join the broadcast. false: every "nccl" announcement is fetched by the fallback instead.
+    join: bool = True
+    # host:port of the learner's rendezvous ("" = the one the announcements name); set it to
+    # join at start, before the first announcement.
+    address: str = ""
+    # "auto" = the backend the announcement names; "gloo" or "nccl" must match the learner's.
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    # Seconds one collective step may take (joining, one version's broadcast, a store call);
+    # past it this replica leaves the group, falls back, and joins again.
+    timeout_s: Annotated[float, Meta(gt=0)] = 60.0
+    # torch device tensors are received on ("" = "cuda" for nccl, "cpu" for gloo).
+    device: str = ""
+
+    def __post_init__(self) -> None:
+        if self.address:
+            from rlvr.actors.collective import parse_address
+
+            parse_address(self.address, "rollout.collective.address")
+
+
 class RolloutConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # The generation engine: kind = "vllm" | "hf" | "trivial", plus its options.
     engine: GenerationEngineConfig = TrivialEngineConfig()
@@ -23,6 +47,8 @@ class RolloutConfig(Struct, frozen=True, forbid_unknown_fields=True):
     reload_policy: Literal["between_steps", "abort_requeue"] = "between_steps"
     # Local directory for fetched weight blobs ("" = a temporary directory).
     weights_cache_dir: str = ""
+    # Weights broadcast by the learner (learn.weights_transport = "nccl").
+    collective: RolloutCollectiveConfig = RolloutCollectiveConfig()
     # Multi-turn episodes (docs/environments.md): Environment classes tasks may name, as
     # "package.module:ATTR", imported once at start (never named by a message alone).
     environments: list[str] = []

@@ -13,6 +13,10 @@ learner. Before any byte reaches the model this module checks:
   tied-embedding model without ``lm_head.weight`` (vLLM would silently keep
   a stale head otherwise) (``check_weight_index``).
 
+Tensors received in memory (the collective transport, rollout/collective.py) go
+through the same name, shape and dtype checks: ``index_of_state`` describes them
+as ``read_weight_index`` describes a folder.
+
 Every rejection raises ``WeightsRejectedError`` and the engine keeps serving
 its old weights. Loading tensors (``load_state_dict``) imports torch lazily;
 everything else is standard library only.
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
+from rlvr.actors.collective import DTYPE_TAGS
 from rlvr.protocol.weights import WeightFile
 
 if TYPE_CHECKING:
@@ -169,6 +174,19 @@ def expected_from_checkpoint(model_dir: Path, *, tied: bool) -> dict[str, tuple[
     return expected
 
 
+
+
+def index_of_state(state: Mapping[str, torch.Tensor]) -> dict[str, TensorInfo]:
+    """Name -> (file "<memory>", dtype tag, shape) of tensors in memory, for ``check_weight_index``."""
+    out = {}
+    for name, t in state.items():
+        tag = DTYPE_TAGS.get(str(t.dtype).removeprefix("torch."))
+        if tag is None:
+            raise WeightsRejectedError(f"{name}: dtype {t.dtype} is not a weight dtype")
+        out[name] = TensorInfo(file="<memory>", dtype=tag, shape=tuple(t.shape))
+    return out
+
+
 def load_state_dict(directory: Path) -> dict[str, torch.Tensor]:
     """All tensors of the ``*.safetensors`` files in ``directory`` (on CPU)."""
     from safetensors import SafetensorError
@@ -188,6 +206,7 @@ __all__ = [
     "WeightsRejectedError",
     "check_weight_index",
     "expected_from_checkpoint",
+    "index_of_state",
     "load_state_dict",
     "read_weight_index",
     "verify_weight_files",

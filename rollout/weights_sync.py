@@ -9,6 +9,19 @@ partial or missing blob is rejected and logged, and the old weights stay in
 service; the next announcement gets a fresh try. An announcement flagged
 ``adapter`` (a LoRA run) goes to the engine's ``load_adapter`` with the same
 checks; an engine without one rejects it and keeps its weights.
+
+Collective (transport ``"nccl"``, gloo or NCCL; rollout/collective.py): the
+replica joins the learner's broadcast (at start when
+``rollout.collective.address`` is set, else on the first such announcement),
+and for each announcement it is a member for, receives the tensors (the
+version and sha256 checked against the announcement) and hands them to the
+engine's ``load_state_dict``. Whenever that cannot happen (not joined yet,
+joined after this version, the collective failed or timed out, the backend
+disagrees, ``join = false``) it logs ``weights_collective_fallback`` with the
+reason and falls back: it reads the announcement's ``fallback_path``, or asks
+the learner through its store to upload the current version to the object
+store, whose announcement then arrives here like any other. After a failure it
+leaves the group and joins again (a new group) on the next announcement.
 """
 
 from __future__ import annotations
@@ -21,11 +34,16 @@ from typing import TYPE_CHECKING
 
 import anyio
 from nats.js import api as js_api
+from opentelemetry import trace
+
+import msgspec
 
 from rlvr.actors.bus import Bus
+from rlvr.actors.collective import CollectiveError
 from rlvr.actors.logs import get_logger
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import MessageDecodeError, MessageInvalidError, WeightFile, WeightsAnnouncement, check_message, decode
+from rlvr.rollout.collective import CollectiveClient
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import EngineDeadError
 from rlvr.rollout.weights import WeightsRejectedError, verify_weight_files
@@ -43,6 +61,11 @@ class WeightsWatcher:
         self.cfg = cfg
         self.cache = Path(cfg.weights_cache_dir or tempfile.mkdtemp(prefix="rlvr-weights-"))
         self.rejected = 0
+        ctx = getattr(actor, "ctx", None)
+        self.collective = CollectiveClient(cfg.collective, getattr(ctx, "replica", "") or "rollout")
+        self.fallbacks = 0
+        self._joining = False
+        self._tg: anyio.abc.TaskGroup | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = await self.bus.js.subscribe(
@@ -52,19 +75,100 @@ class WeightsWatcher:
         )
         task_status.started()
         try:
-            async for msg in sub.messages:
-                try:
-                    ann = decode(msg.data, WeightsAnnouncement)
-                    check_message(ann)
-                except (MessageDecodeError, MessageInvalidError) as e:
-                    log.error("weights_announcement_invalid", reason=e.reason)
-                    continue
-                if ann.version <= self.actor.version:
-                    continue
-                await self.apply(ann)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if self.cfg.collective.join and self.cfg.collective.address:
+                    tg.start_soon(self._join, "")
+                async for msg in sub.messages:
+                    try:
+                        ann = decode(msg.data, WeightsAnnouncement)
+                        check_message(ann)
+                    except (MessageDecodeError, MessageInvalidError) as e:
+                        log.error("weights_announcement_invalid", reason=e.reason)
+                        continue
+                    if ann.version <= self.actor.version:
+                        continue
+                    if ann.transport == "nccl":
+                        await self.apply_collective(ann)
+                    else:
+                        await self.apply(ann)
+                tg.cancel_scope.cancel()
         finally:
+            self.collective.leave()
             with anyio.CancelScope(shield=True):
                 await sub.unsubscribe()
+
+    # --- the collective transport ---------------------------------------------------
+    async def _join(self, announced: str) -> None:
+        """Join the learner's broadcast in the background (one attempt; the next announcement retries)."""
+        c = self.collective
+        if self._joining or c.member or not self.cfg.collective.join:
+            return
+        self._joining = True
+        try:
+            if announced:
+                backend, host, port = c.target(announced)
+            else:
+                from rlvr.actors.collective import parse_address, resolve_backend
+
+                backend = resolve_backend(self.cfg.collective.backend)
+                host, port = parse_address(self.cfg.collective.address, "rollout.collective.address")
+            await c.join(backend, host, port)
+        except Exception as e:  # TimeoutError, the store's DistError, CollectiveError: fall back meanwhile
+            log.warning("collective_join_failed", error=_short(e), note="announcements go by the fallback until a join works")
+        finally:
+            self._joining = False
+
+    async def apply_collective(self, ann: WeightsAnnouncement) -> bool:
+        """Receive ``ann``'s tensors by collective and load them, or fall back (logged, with the reason)."""
+        c = self.collective
+        host: str | None = None
+        port = 0
+        reason = ""
+        try:
+            _, host, port = c.target(ann.location)
+        except (CollectiveError, ValueError) as e:
+            reason = str(e)
+        if reason:
+            pass  # the announced rendezvous itself is unusable: straight to the fallback
+        elif not self.cfg.collective.join:
+            reason = "rollout.collective.join = false"
+        elif not c.member:
+            reason = "not in the collective (joining now)"
+            self._join_soon(ann.location)
+        elif ann.version < c.first_version:
+            reason = f"published before this replica joined (it gets v{c.first_version} on)"
+        else:
+            attributes = {"rlvr.version": ann.version, "rlvr.transport": "collective"}
+            with tracer().start_as_current_span("rollout.load_weights", attributes=attributes):
+                t0 = time.monotonic()
+                try:
+                    state = await c.receive(ann.version, ann.tensors_sha256)
+                except Exception as e:
+                    reason = f"collective failed: {_short(e)}"
+                    self._join_soon(ann.location)
+                else:
+                    return await self._load(ann, t0, time.monotonic(), state=state)
+        self.fallbacks += 1
+        via = "path" if ann.fallback_path else "object_store"
+        log.warning("weights_collective_fallback", version=ann.version, reason=reason, via=via,
+                    serving=self.actor.version)
+        if ann.fallback_path:
+            return await self.apply(msgspec.structs.replace(ann, transport="path", location=ann.fallback_path))
+        if host is None:
+            log.error("weights_fallback_unavailable", version=ann.version, reason="no learner address to ask")
+            return False
+        try:
+            await c.request_fetch(host, port, ann.version)
+        except Exception as e:  # the learner is gone: keep serving; the next announcement gets a fresh try
+            log.error("weights_fallback_unavailable", version=ann.version, error=_short(e), serving=self.actor.version)
+            return False
+        log.info("weights_fallback_requested", version=ann.version)
+        return False
+
+    def _join_soon(self, announced: str) -> None:
+        if self._tg is not None and not self._joining:
+            self._tg.start_soon(self._join, announced)
 
     async def apply(self, ann: WeightsAnnouncement) -> bool:
         with tracer().start_as_current_span("rollout.load_weights", attributes={"rlvr.version": ann.version}) as span:
@@ -82,26 +186,42 @@ class WeightsWatcher:
                 self.rejected += 1
                 log.error("weights_fetch_failed", version=ann.version, error=repr(e), serving=self.actor.version)
                 return False
-            t1 = time.monotonic()
-            if self.cfg.reload_policy == "abort_requeue":
-                aborted = self.actor.abort_in_flight()
-                log.info("aborted_for_reload", tasks=aborted)
-            try:
+            return await self._load(ann, t0, time.monotonic(), directory=directory)
+
+    async def _load(
+        self, ann: WeightsAnnouncement, t0: float, t1: float, *, directory: Path | None = None,
+        state: dict | None = None,
+    ) -> bool:
+        """Load a fetched folder (``directory``) or received tensors (``state``) into the engine."""
+        if self.cfg.reload_policy == "abort_requeue":
+            aborted = self.actor.abort_in_flight()
+            log.info("aborted_for_reload", tasks=aborted)
+        try:
+            if state is not None:
+                load = getattr(self.actor.engine, "load_state_dict", None)
+                if load is None:
+                    raise WeightsRejectedError(f"the {type(self.actor.engine).__name__} cannot load tensors in memory")
+                await load(state, ann.version)
+            else:
+                assert directory is not None
                 await self._loader(ann.adapter)(directory, ann.version)
-            except WeightsRejectedError as e:
-                self.rejected += 1
-                log.error("weights_rejected", version=ann.version, reason=str(e), serving=self.actor.version)
-                return False
-            except EngineDeadError:
-                raise
-            t2 = time.monotonic()
-            self.actor.weights_fetch_s = t1 - t0
-            self.actor.weights_load_s = t2 - t1
-            span.set_attribute("rlvr.fetch_s", t1 - t0)
-            span.set_attribute("rlvr.load_s", t2 - t1)
-            log.info("weights_loaded", version=ann.version, step=ann.step, fetch_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3))
+        except WeightsRejectedError as e:
+            self.rejected += 1
+            log.error("weights_rejected", version=ann.version, reason=str(e), serving=self.actor.version)
+            return False
+        except EngineDeadError:
+            raise
+        t2 = time.monotonic()
+        self.actor.weights_fetch_s = t1 - t0
+        self.actor.weights_load_s = t2 - t1
+        span = trace.get_current_span()
+        span.set_attribute("rlvr.fetch_s", t1 - t0)
+        span.set_attribute("rlvr.load_s", t2 - t1)
+        log.info("weights_loaded", version=ann.version, step=ann.step, transport=ann.transport if state is None else "collective",
+                 fetch_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3))
+        if directory is not None:
             self._prune(keep=directory)
-            return True
+        return True
 
     def _loader(self, adapter: bool):
         """The engine's ``load_adapter`` for an adapter, else its ``load_weights``."""
@@ -140,3 +260,8 @@ class WeightsWatcher:
         for old in self.cache.glob("v*"):
             if old != keep:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def _short(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

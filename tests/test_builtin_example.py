@@ -34,7 +34,7 @@ def test_short_builtin_example_runs_end_to_end(tmp_path):
     cfg.write_bytes(msgspec.json.encode(raw))
     run_dir = tmp_path / "run"
     out = subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", "up", "--config", str(cfg), "--run-dir", str(run_dir)],
+        [sys.executable, "-m", "rlvr.cli", "up", "--config", str(cfg), "--run-dir", str(run_dir), "--trace-all"],
         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900, cwd=REPO,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]

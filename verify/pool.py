@@ -30,6 +30,10 @@ could be guaranteed. Here each worker is started with ``anyio.open_process``
 in its own session, talking length-prefixed msgpack over its stdin/stdout
 pipes (``rlvr.verify.pool_worker``).
 
+The exception: ``INLINE_VERIFIERS`` (``exact``, ``random``), built-ins that
+cannot hang, run in the caller's process, since a round trip to a worker
+costs more than they do.
+
 Not covered here: which verifier does what (``rlvr.verify.registry``), NATS
 (the verifier actor), sandboxing untrusted code (``rlvr.sandbox``).
 """
@@ -41,6 +45,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
@@ -66,9 +71,18 @@ from rlvr.verify.pool_worker import (
     frame,
     reply_decoder,
 )
-from rlvr.verify.registry import VerifyContext, get, load_plugins, resolve
+from rlvr.verify.registry import BoundVerifier, VerifyContext, get, load_plugins, resolve
 from rlvr.verify.registry import plugins as loaded_plugins
 
+
+
+# Built-ins run in the caller's process, not a worker: pure stdlib string work whose
+# cost is linear in the completion (which validation bounds), that cannot hang, touch
+# the file system or import anything. A worker round trip costs ~40 us of the role's
+# CPU, more than these take (bench/bus_hop.py). Every other verifier, plug-ins
+# included, runs in a killable worker. A name here cannot be taken by a plug-in
+# (``register`` refuses built-in names).
+INLINE_VERIFIERS = frozenset({"exact", "random"})
 
 
 class WorkerStartError(RuntimeError):
@@ -328,10 +342,12 @@ class VerifierPool:
         Raises ``VerifierSpecError`` (before dispatch) for an unknown verifier
         or bad params. Timeouts and crashes come back as verdicts.
         """
-        resolve(spec)
+        bound = resolve(spec)
         if self._closed:
             raise anyio.ClosedResourceError("the verifier pool is closed")
         ctx = msgspec.structs.replace(ctx or VerifyContext(), budget_s=self.timeout_s)
+        if spec.name in INLINE_VERIFIERS:
+            return self._inline(bound, completion, ctx)
         call = _Pending(spec.name, encoder.encode(WorkerCall(spec.name, dict(spec.params), completion, ctx)))
         self._queue.append(call)
         self._queued.set()
@@ -435,6 +451,19 @@ class VerifierPool:
                 self._idle_send.send_nowait(worker)
             else:
                 self._discard(worker)
+
+    def _inline(self, bound: BoundVerifier, completion: str, ctx: VerifyContext) -> Verdict:
+        """Run one of ``INLINE_VERIFIERS`` here; an exception is outcome ``error``, as from a worker."""
+        started = time.perf_counter()
+        try:
+            verdict = bound(completion, ctx)
+        except Exception as e:  # a bug: the same verdict a worker would send back
+            verdict = self._error(bound.name, 0.0, f"verifier raised {type(e).__name__}: {e}", outcome="error")
+        elapsed = time.perf_counter() - started
+        verdict = msgspec.structs.replace(verdict, latency_s=elapsed)
+        self._outcomes[verdict.outcome] += 1
+        self._latencies.append(elapsed)
+        return verdict
 
     def _finish(self, call: _Pending, verdict: Verdict, elapsed: float) -> None:
         call.verdict = verdict

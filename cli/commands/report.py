@@ -295,6 +295,7 @@ def format_report(s: dict) -> str:
         ("step time",
          f"wait {num(s.get('wait_s_mean'), '{:.2f}')}s, train {num(s.get('train_s_mean'), '{:.2f}')}s (mean)"),
     ]
+    rows.append(("time to gain", _gain(s)))
     if s.get("alarm_counts"):
         rows.append(("alarms raised", ", ".join(f"{k}={v}" for k, v in sorted(s["alarm_counts"].items()))))
     for key, label in (("engine", "engine"), ("wall_seconds", "wall seconds")):
@@ -303,6 +304,19 @@ def format_report(s: dict) -> str:
     rows += [("ALARM", alarm) for alarm in s.get("alarms") or []]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _gain(s: dict) -> str:
+    """When held-out pass@1 first rose by ``[learn.eval] gain_points`` (``time_to_gain``)."""
+    if "time_to_gain" not in s:
+        return "n/a"
+    g = s["time_to_gain"]
+    if not g:
+        return "not reached"
+    secs = g.get("up_seconds", g.get("learner_seconds"))
+    since = "from `up`" if "up_seconds" in g else "from the learner's start"
+    when = f", {secs:.0f} s {since}" if isinstance(secs, (int, float)) else ""
+    return f"+{100 * g['gain']:.1f} points (>= {100 * g['points']:.0f}) at eval {g['label']}, step {g['step']}{when}"
 
 
 def _accounting(samples: dict | None) -> str:

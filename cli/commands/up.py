@@ -49,6 +49,7 @@ class Args(msgspec.Struct, frozen=True, kw_only=True):
     run_dir: str | None = None
     display: Literal["auto", "live", "plain", "logs"] | None = None
     set: list[str] = []  # KEY=VALUE overrides, VALUE in TOML
+    trace_all: bool = False  # every trajectory traced (observability.trace_sample_ratio = 1)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, VALUE written in TOML (repeatable), e.g. "
                         "--set learn.steps=100 --set 'learn.dataset.verifier={name=\"random\",params={p=0.3}}'")
+    p.add_argument("--trace-all", action="store_true",
+                   help="trace every trajectory, not the default sample (observability.trace_sample_ratio = 1)")
 
 
 def parse_sets(items: list[str]) -> dict:
@@ -90,7 +93,8 @@ def builtin_config_path() -> Path:
 def run(args: Args) -> int:
     path = args.config or builtin_config_path()
     try:
-        overrides = {**parse_sets(args.set), **({"run": args.run} if args.run else {})}
+        overrides = {**parse_sets(args.set), **({"run": args.run} if args.run else {}),
+                     **({"observability.trace_sample_ratio": 1.0} if args.trace_all else {})}
         cfg = load_config(path, overrides=overrides)
     except ConfigError as e:
         print(f"rlvr-actor up: {e}", file=sys.stderr)
@@ -110,7 +114,7 @@ def run(args: Args) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     server = NatsServer(run_dir / "nats", log_file=run_dir / "logs" / "nats-server.log").start()
     children: list[Child] = []
     scaler: Autoscaler | None = None
@@ -147,7 +151,7 @@ def run(args: Args) -> int:
         _stop_all(_running(children, scaler), cfg.up.stop_timeout_s, display)
         server.stop()
     wall = time.monotonic() - started
-    summary = _write_summary(run_dir, cfg, wall, code, scaler)
+    summary = _write_summary(run_dir, cfg, wall, code, scaler, started_at)
     if (run_dir / "metrics.jsonl").exists():
         try:
             from rlvr.cli.commands.report import summarize, write_plots
@@ -285,9 +289,13 @@ def _stop_all(children: list[Child], timeout_s: float, display) -> None:
         display.info(f"{c.replica} exited with {c.proc.returncode}")
 
 
-def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int, scaler: Autoscaler | None) -> dict:
+def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int, scaler: Autoscaler | None,
+                   started_at: float) -> dict:
     learner = run_dir / "learner_summary.json"
     summary = json.loads(learner.read_text()) if learner.exists() else {}
+    gain = summary.get("time_to_gain")
+    if isinstance(gain, dict) and gain.get("finished_at"):
+        gain["up_seconds"] = round(gain["finished_at"] - started_at, 1)  # from the `up` command's start
     summary.update(
         run_dir=str(run_dir),
         engine=cfg.rollout.engine.__struct_config__.tag,

@@ -24,6 +24,10 @@ are dropped at load, so the sampling distribution is exactly the one the
 learner recomputes. Left padding does not change them: ``generate`` derives
 position ids from the attention mask.
 
+Tensors in memory (the collective transport): ``load_state_dict`` runs the
+checks of ``load_weights`` on them (names, shapes, dtypes, a tied head) and
+copies them in under the same lock; no file is written.
+
 LoRA: ``load_adapter`` applies a peft adapter (checked by rollout/adapter.py)
 on top of the base model: the first one wraps the model in a ``PeftModel``,
 later ones are loaded beside it under their version's name, activated, and
@@ -56,6 +60,7 @@ from rlvr.rollout.engines.base import (
 from rlvr.rollout.adapter import check_adapter
 from rlvr.rollout.weights import (
     check_weight_index,
+    index_of_state,
     load_state_dict,
     read_weight_index,
     verify_weight_files,
@@ -290,13 +295,25 @@ class HFEngine:
             self.weights_version = version
 
     def _load(self, directory: pathlib.Path, files: list[WeightFile] | None) -> None:
-        import torch
-
         if files is not None:
             verify_weight_files(directory, files)
-        expected = dict(self._base_shapes)
-        check_weight_index(read_weight_index(directory), expected, tied=self._tied)
-        state = load_state_dict(directory)
+        check_weight_index(read_weight_index(directory), dict(self._base_shapes), tied=self._tied)
+        self._copy_in(load_state_dict(directory))
+
+    async def load_state_dict(self, state: dict[str, Any], version: int) -> None:
+        """Load a full state dict already in memory (the collective transport), with the
+        checks of ``load_weights``: names, shapes, float dtypes, the head of a tied model."""
+        async with self._lock:
+            await anyio.to_thread.run_sync(self._load_tensors, state)
+            self.weights_version = version
+
+    def _load_tensors(self, state: dict[str, Any]) -> None:
+        check_weight_index(index_of_state(state), dict(self._base_shapes), tied=self._tied)
+        self._copy_in(state)
+
+    def _copy_in(self, state: dict[str, Any]) -> None:
+        import torch
+
         if self._adapter is not None:  # full weights replace base and adapter alike
             self._model = self._model.unload()
             self._adapter = None

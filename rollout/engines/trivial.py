@@ -131,6 +131,12 @@ class TrivialEngine:
     # A LoRA adapter changes nothing here either: only the version is followed.
     load_adapter = load_weights
 
+    async def load_state_dict(self, state: dict, version: int) -> None:
+        """Tensors in memory (the collective transport): only the version is followed."""
+        if not state:
+            raise WeightsRejectedError("no tensors received")
+        self.weights_version = version
+
     async def close(self) -> None:
         return None
 

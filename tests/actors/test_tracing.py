@@ -90,6 +90,45 @@ def test_file_exporter_writes_one_json_line_per_span(tmp_path):
     assert {r["parent_span_id"] for r in records} == {SAMPLED.split("-")[2]}
 
 
+def test_run_spans_are_always_recorded_and_link_only_sampled_trajectories(tmp_path):
+    tracer = _provider(tmp_path, ratio=0.0).get_tracer("t")
+    with tracer.start_as_current_span("feeder.task") as root:
+        assert not root.is_recording()  # a trajectory's root at ratio 0
+    with tracer.start_as_current_span("learn.step") as step:
+        assert step.is_recording()  # the run's own timeline, whatever the ratio
+    with tracer.start_as_current_span("rollout.load_weights") as load:
+        assert load.is_recording()
+
+
+def test_the_default_ratio_samples_about_that_share_of_trajectories(tmp_path):
+    from rlvr.actors.config import ObservabilityConfig
+
+    ratio = ObservabilityConfig().trace_sample_ratio
+    tracer = _provider(tmp_path, ratio=ratio).get_tracer("t")
+    sampled = 0
+    for _ in range(20_000):
+        with tracer.start_as_current_span("feeder.task") as root:
+            sampled += root.is_recording()
+    assert 0 < ratio < 0.1 and abs(sampled / 20_000 - ratio) < 0.01
+
+
+def test_the_file_exporter_rotates_at_its_cap_and_keeps_the_newest_spans(tmp_path):
+    provider = make_provider(service="verify", replica="r0", run="t", exporter="file", trace_dir=tmp_path,
+                             sample_ratio=1.0, file_max_bytes=4_000)
+    tracer = provider.get_tracer("t")
+    for i in range(200):
+        with tracer.start_as_current_span("learn.step", attributes={"i": i}):
+            pass
+        if i % 10 == 9:
+            provider.force_flush()
+    provider.shutdown()
+    current, previous = tmp_path / "verify-r0.jsonl", tmp_path / "verify-r0.1.jsonl"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [previous.name, current.name]
+    assert current.stat().st_size <= 4_000 and previous.stat().st_size <= 4_000
+    kept = [json.loads(line)["attributes"]["i"] for p in (previous, current) for line in p.read_text().splitlines()]
+    assert kept == list(range(kept[0], 200))  # the newest, in order, none lost between the two files
+
+
 def test_remote_span_context_of_a_message():
     assert remote_span_context(extract_context({})) is None
     ctx = remote_span_context(extract_context({"traceparent": SAMPLED}))

@@ -86,3 +86,20 @@ def test_report_main_prints_table_and_fails_cleanly_without_metrics(tmp_path, ca
     out = capsys.readouterr().out
     assert "pass@1 before -> after" in out and "plots (7)" in out
     assert (tmp_path / "plots" / "kl.png").is_file()
+
+
+def test_time_to_gain_is_the_first_round_at_or_past_the_bar_and_the_report_says_when():
+    from rlvr.learner.records import first_gain
+
+    evals = [{"label": "before", "step": 0, "pass_at_1": 0.18, "finished_at": 100.0},
+             {"label": "step100", "step": 100, "pass_at_1": 0.37, "finished_at": 150.0},
+             {"label": "step200", "step": 200, "pass_at_1": 0.38, "finished_at": 200.0},  # +20.0: the bar
+             {"label": "after", "step": 300, "pass_at_1": 0.45, "finished_at": 250.0}]
+    gain = first_gain(evals, 0.20)
+    assert (gain["label"], gain["step"], gain["gain"], gain["finished_at"]) == ("step200", 200, 0.2, 200.0)
+    assert first_gain(evals, 0.25)["label"] == "after" and first_gain(evals, 0.5) is None
+    assert first_gain(evals[1:], 0.2) is None  # no "before" round: nothing to gain against
+    row = next(line for line in format_report({"time_to_gain": {**gain, "up_seconds": 171.6}}).splitlines()
+               if "time to gain" in line)
+    assert "+20.0 points" in row and "step200, step 200" in row and "172 s from `up`" in row
+    assert "not reached" in format_report({"time_to_gain": None})

