@@ -15,13 +15,16 @@ backtracks exponentially on them), more than ``MAX_NODES`` tree nodes, powers
 of a number with a huge exponent, huge factorials and huge integers. It also
 reads ``i`` as the imaginary unit (competition convention), and compares
 expressions holding a big symbolic power (``(x+1)^{5000}``) structurally only,
-since ``simplify`` on them would not come back. It does not decide any
-project policy; see ``policy``.
+since ``simplify`` on them would not come back. A plain integer or
+``\\frac{a}{b}`` of integers is read without math-verify's parser
+(``plain_number``), into the very values and text math-verify gives. It
+does not decide any project policy; see ``policy``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 import sympy
@@ -145,9 +148,40 @@ def _finish(found: list) -> Parsed:
     return Parsed(tuple(values), text)
 
 
+# Plain integers and fractions of integers, as math-verify's LaTeX parser
+# reads them (``Integer``, ``Rational``; the text as written): no leading
+# zeros (it would keep "007" as the text), at most 300 digits (far below the
+# guard's 1000), no spaces, no decimals (it rewrites ``0.5`` to
+# ``\frac{1}{2}``).
+_PLAIN_INTEGER = re.compile(r"-?(?:0|[1-9]\d{0,299})")
+_PLAIN_FRACTION = re.compile(r"(-?)\\frac\{(0|[1-9]\d{0,299})\}\{([1-9]\d{0,299})\}")
+
+
+def plain_number(body: str) -> Parsed | None:
+    """math-verify's reading of a plain integer or ``\\frac{a}{b}`` of
+    integers, without running its parser (it costs a millisecond, tens on
+    first use in a process); None for anything else. The very values and
+    text math-verify gives (``tests/verify/test_math_fast_paths.py`` checks
+    it against math-verify on every corpus answer)."""
+    if _PLAIN_INTEGER.fullmatch(body):
+        return Parsed((sympy.Integer(body),), body)
+    m = _PLAIN_FRACTION.fullmatch(body)
+    if m is not None:
+        value = sympy.Rational(int(m.group(2)), int(m.group(3)))
+        return Parsed((-value if m.group(1) else value,), body)
+    return None
+
+
 def parse_answer(span: str) -> Parsed:
     """math-verify's reading of one located answer (``$`` added around it so
-    its LaTeX extractor takes the whole span)."""
+    its LaTeX extractor takes the whole span); a plain integer or fraction is
+    read without it (``plain_number``)."""
+    body = span.replace("$", " ").replace("\n", " ").strip()
+    return plain_number(body) or parse_answer_slow(span)
+
+
+def parse_answer_slow(span: str) -> Parsed:
+    """``parse_answer`` always through math-verify (the reference the fast path is tested against)."""
     if superscript_depth(span) > MAX_SUPERSCRIPT_DEPTH:
         raise AnswerTooLargeError(f"superscripts nested deeper than {MAX_SUPERSCRIPT_DEPTH}")
     body = span.replace("$", " ").replace("\n", " ").strip()
@@ -214,4 +248,14 @@ def same(gold: Parsed, pred: Parsed) -> bool:
     return verify(list(gold.values), list(pred.values), timeout_seconds=None)
 
 
-__all__ = ["AnswerTooLargeError", "Parsed", "guard", "parse_answer", "parse_prose", "same", "superscript_depth"]
+__all__ = [
+    "AnswerTooLargeError",
+    "Parsed",
+    "guard",
+    "parse_answer",
+    "parse_answer_slow",
+    "parse_prose",
+    "plain_number",
+    "same",
+    "superscript_depth",
+]

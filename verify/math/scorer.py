@@ -4,7 +4,9 @@ math-verify, decide with the project's policies, and return a ``Verdict``.
 The response and the gold go through the same reading (``read``), so a gold
 that is a whole worked solution has its final answer extracted exactly as a
 response's is. Golds are read once per worker process (an LRU keyed by the
-gold string): the samples of one task share a gold.
+gold string): the samples of one task share a gold. math-verify parses a
+short, harmless gold only when a decision needs it (``Gold``): a response
+written as the gold is, or a plain number against a plain number, never does.
 
 ``Verdict.detail`` always starts with ``route=<route>``: how the answer was
 found (``boxed``, ``answer_is``, ``hashes``, ``bare``, ``prose``,
@@ -21,6 +23,7 @@ It does not know about workers, NATS or composite rewards.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,7 +36,15 @@ from sympy.core.function import AppliedUndef
 
 from rlvr.protocol.samples import Verdict
 from rlvr.verify.math import policy
-from rlvr.verify.math.engine import AnswerTooLargeError, Parsed, parse_answer, parse_prose, same
+from rlvr.verify.math.engine import (
+    MAX_SUPERSCRIPT_DEPTH,
+    AnswerTooLargeError,
+    Parsed,
+    parse_answer,
+    parse_prose,
+    same,
+    superscript_depth,
+)
 from rlvr.verify.math.extract import Strictness, extract_answer, extract_last_number, is_bare
 
 VERIFIER = "math"
@@ -114,17 +125,64 @@ def parsed_of(reading: Reading) -> Parsed:
     return reading.parsed if reading.parsed is not None else parse_answer(reading.span)
 
 
+# A gold whose parsing may wait until a decision needs it: one that cannot
+# make the engine's guard refuse it. At most LAZY_GOLD_CHARS characters (far
+# fewer than MAX_NODES nodes; ``_check``'s length and nesting limits ran
+# already) and LAZY_GOLD_DIGITS digits; superscripts of one character or
+# ``\circ`` only, nested no deeper than the engine allows, so no huge power
+# or integer (at most (10^40)^9); no factorial, binomial, sum, product,
+# integral, limit or ``\pm`` (which multiplies the readings). Any other gold is
+# parsed at once, so a gold the guard refuses is "gold unreadable" whatever
+# the response, exactly as when every gold was parsed first.
+LAZY_GOLD_CHARS = 120
+LAZY_GOLD_DIGITS = 40
+_LAZY_GOLD_REFUSED = re.compile(
+    r"!|\\(?:[dt]?binom|choose|sum|prod|[io]+int|int|lim|Gamma|gamma|factorial|pm|mp|operatorname|mathbf)"
+    r"|\^(?!\s*(?:[0-9A-Za-z]|\{\s*[0-9A-Za-z]\s*\}|\\circ\b|\{\s*\\circ\s*\}))"
+)
+
+
+def _lazy_gold(span: str) -> bool:
+    return (
+        len(span) <= LAZY_GOLD_CHARS
+        and sum(c.isdigit() for c in span) <= LAZY_GOLD_DIGITS
+        and _LAZY_GOLD_REFUSED.search(span) is None
+        and superscript_depth(span) <= MAX_SUPERSCRIPT_DEPTH
+    )
+
+
+class Gold:
+    """The gold's reading; math-verify's parse of it (``parsed``) is made on
+    first use and kept, so a response written as the gold is (``identical``)
+    or a plain number against a plain number never needs it."""
+
+    __slots__ = ("_parsed", "reading")
+
+    def __init__(self, reading: Reading) -> None:
+        self.reading = reading
+        self._parsed: Parsed | None = None
+        if reading.parsed is not None:
+            self._parsed = reading.parsed
+        elif not _lazy_gold(reading.span):
+            self._parsed = parse_answer(reading.span)  # AnswerTooLargeError here: gold unreadable
+
+    @property
+    def parsed(self) -> Parsed:
+        if self._parsed is None:
+            self._parsed = parse_answer(self.reading.span)
+        return self._parsed
+
+
 @lru_cache(maxsize=GOLD_CACHE)
-def _gold(gold: str) -> tuple[Reading | None, Parsed | None]:
+def _gold(gold: str) -> Gold | None:
     params = MathParams(gold=gold)
     reading = read(gold, "last_number", params)
-    if reading is None:
-        return None, None
-    return reading, parsed_of(reading)
+    return None if reading is None else Gold(reading)
 
 
-def decide(pred: Reading, gold: Reading, gold_parsed: Parsed) -> tuple[bool, str]:
+def decide(pred: Reading, gold_of: Gold) -> tuple[bool, str]:
     """``(equivalent, policy)`` for a located answer against the gold."""
+    gold = gold_of.reading
     if pred.span.replace(" ", "") == gold.span.replace(" ", ""):
         return True, "identical"  # the gold as written: nothing to parse
     letter = policy.choice_of(gold.span)
@@ -134,7 +192,7 @@ def decide(pred: Reading, gold: Reading, gold_parsed: Parsed) -> tuple[bool, str
         return policy.words_equal(pred.span, gold.span), "word"
     if policy.is_base_n(gold.span) or policy.is_base_n(pred.span):
         return policy.base_n_equal(pred.span, gold.span), "base_n"
-    gold_number = policy.number_of(gold.span) or policy.number_of(gold_parsed.text)
+    gold_number = policy.number_of(gold.span) or policy.number_of(gold_of.parsed.text)
     span = pred.span
     written = policy.number_of(span)
     gold_comma = policy.decimal_comma(gold.span)
@@ -149,6 +207,7 @@ def decide(pred: Reading, gold: Reading, gold_parsed: Parsed) -> tuple[bool, str
     if verdict is not None:
         return verdict, "number"
     parsed = parsed_of(pred)
+    gold_parsed = gold_of.parsed
     pred_number = pred_number or policy.number_of(parsed.text)
     verdict = policy.numbers_decide(pred_number, gold_number)
     if verdict is not None:
@@ -214,11 +273,12 @@ def score_math(response: str, params: MathParams) -> Verdict:
     started = time.perf_counter()
     text = response[-params.max_response_chars :]
     try:
-        gold, gold_parsed = _gold(params.gold)
+        gold_of = _gold(params.gold)
     except (AnswerTooLargeError, AnswerRefusedError, RecursionError) as exc:
         return _verdict(0.0, "parse_error", None, started, f"route=none; gold unreadable: {exc}")
-    if gold is None or gold_parsed is None:
+    if gold_of is None:
         return _verdict(0.0, "parse_error", None, started, "route=none; no answer found in the gold")
+    gold = gold_of.reading
     try:
         pred = read(text, params.strictness, params)
     except AnswerRefusedError as exc:
@@ -230,7 +290,7 @@ def score_math(response: str, params: MathParams) -> Verdict:
     shown = pred.raw[:200]
     where = f"route={pred.route}; gold={gold.route}"
     try:
-        ok, how = decide(pred, gold, gold_parsed)
+        ok, how = decide(pred, gold_of)
     except AnswerTooLargeError as exc:
         return _verdict(0.0, "parse_error", shown, started, f"{where}; answer too large to evaluate: {exc}")
     except RecursionError:
