@@ -9,10 +9,8 @@ carries them, including lines from library code called inside the handler.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-from collections.abc import Iterator
 from typing import Literal
 
 import structlog
@@ -56,14 +54,20 @@ def configure_logging(
     structlog.contextvars.bind_contextvars(run=run, role=role, replica=replica)
 
 
-@contextlib.contextmanager
-def bind_message(**fields: object) -> Iterator[None]:
-    """Bind ``task_id``/``trace_id``/... for the lines logged inside the block."""
-    tokens = structlog.contextvars.bind_contextvars(**{k: v for k, v in fields.items() if v is not None})
-    try:
-        yield
-    finally:
-        structlog.contextvars.reset_contextvars(**tokens)
+class bind_message:  # noqa: N801 (used as a context manager, like contextlib's)
+    """Bind ``task_id``/``trace_id``/... for the lines logged inside the block.
+    A class, not a generator: it is entered once per message on every hop."""
+
+    __slots__ = ("_fields", "_tokens")
+
+    def __init__(self, **fields: object) -> None:
+        self._fields = {k: v for k, v in fields.items() if v is not None}
+
+    def __enter__(self) -> None:
+        self._tokens = structlog.contextvars.bind_contextvars(**self._fields)
+
+    def __exit__(self, *exc: object) -> None:
+        structlog.contextvars.reset_contextvars(**self._tokens)
 
 
 def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:

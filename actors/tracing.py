@@ -31,8 +31,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -247,16 +247,22 @@ def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
     return carrier
 
 
-@contextmanager
-def passing_on(traceparent: str | None) -> Iterator[None]:
+class passing_on:  # noqa: N801 (used as a context manager, like contextlib's)
     """Handle a message that carries ``traceparent``: a process that records no
     spans passes it on unchanged to what it publishes (when well-formed), so the
-    trajectory's trace stays whole downstream at the cost of a string copy."""
-    token = _incoming.set(traceparent)
-    try:
-        yield
-    finally:
-        _incoming.reset(token)
+    trajectory's trace stays whole downstream at the cost of a string copy.
+    A class, not a generator: it is entered once per message on every hop."""
+
+    __slots__ = ("_token", "_traceparent")
+
+    def __init__(self, traceparent: str | None) -> None:
+        self._traceparent = traceparent
+
+    def __enter__(self) -> None:
+        self._token = _incoming.set(self._traceparent)
+
+    def __exit__(self, *exc: object) -> None:
+        _incoming.reset(self._token)
 
 
 def trace_id_of(traceparent: str | None) -> str | None:

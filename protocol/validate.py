@@ -104,15 +104,21 @@ def _count(path: str, n: int, most: int) -> None:
         _fail(f"{path} has {n} entries, more than {most}")
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _depth(x: Any, limit: int) -> int:
-    """Nesting depth of a decoded params value, stopping once past ``limit``."""
-    if limit < 0:
-        return 1
-    if isinstance(x, dict):
-        return 1 + max((_depth(v, limit - 1) for v in x.values()), default=0)
-    if isinstance(x, (list, tuple)):
-        return 1 + max((_depth(v, limit - 1) for v in x), default=0)
-    return 0
+    """Nesting depth of a decoded params value (a scalar 0, ``{}`` 1), counted level by
+    level and stopping once past ``limit``; a flat dict of scalars (most specs) costs
+    one pass over its values."""
+    depth, level = 0, [x] if isinstance(x, _CONTAINERS) else []
+    while level and depth <= limit:
+        depth += 1
+        inner: list[Any] = []
+        for c in level:
+            inner.extend(v for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, _CONTAINERS))
+        level = inner
+    return depth
 
 
 def check_sampling(p: SamplingParams, path: str = "sampling") -> None:
