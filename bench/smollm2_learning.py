@@ -23,8 +23,16 @@ concurrent sequences provoke. For each version it reports:
 - ``minutes``: wall time from ``up`` starting the run (its config.json) to
   the learner writing the version's weights.
 
-It prints a table, appends one JSON line per version to
-``bench/results/smollm2_learning.jsonl`` and draws ``--plot``.
+It prints a table, appends one JSON line per version (with the run and its
+seed) to ``--results`` (default ``bench/results/smollm2_learning.jsonl``) and
+draws ``--plot``.
+
+    python bench/smollm2_learning.py --report [--results PATH] [--at 15,30,45]
+
+reads every line of ``--results`` and prints every run it has seen, version by
+version, then, at each of the ``--at`` minutes, each run's last evaluated
+policy at or before it and the mean and range over runs of pass@1, boxed
+share and right-and-boxed: one run is not a result.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ async def evaluate(args: argparse.Namespace) -> list[dict]:
 
     run = Path(args.run)
     cfg = load_config(run / "config.json") if (run / "config.json").exists() else load_config(args.config)
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
     heldout = load_splits(cfg.learn.dataset, seed=cfg.seed).heldout[: args.prompts or None]
     engine_cfg = cfg.rollout.engine
     assert isinstance(engine_cfg, VLLMEngineConfig), "the benchmark evaluates through the vllm engine"
@@ -93,9 +103,9 @@ async def evaluate(args: argparse.Namespace) -> list[dict]:
                 "boxed": boxed / samples, "pass_at_1_boxed": both / samples, "reward": reward / samples,
                 "eval_seconds": round(time.monotonic() - started, 1),
                 "minutes": 0.0 if version == 0 else round(version_minutes(run, version), 1),
-                "run": str(run), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "run": str(run), "seed": cfg.seed, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             })
-            with RESULTS.open("a") as f:  # as each version completes: a long evaluation keeps what it has
+            with results.open("a") as f:  # as each version completes: a long evaluation keeps what it has
                 f.write(json.dumps(rows[-1]) + "\n")
             print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -123,9 +133,55 @@ def plot(rows: list[dict], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def report(path: Path, at: list[float]) -> str:
+    """Every run in ``path`` (JSON lines), then the spread over runs at each minute of ``at``.
+
+    A run is its directory and evaluation settings (prompts, n): lines of the same
+    run and version keep the newest. At a minute m, a run counts with its last
+    evaluated trained policy at or before m (half a minute of slack: policies are
+    written when their step ends, not on the minute)."""
+    import statistics
+
+    runs: dict[tuple, dict[int, dict]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            runs.setdefault((r["run"], r["prompts"], r["n"]), {})[r["version"]] = r
+    out = []
+    for (run, prompts, n), versions in runs.items():
+        seed = next((r["seed"] for r in versions.values() if "seed" in r), "?")
+        out.append(f"{run} (seed {seed}, {prompts} held-out problems x {n})")
+        for v in sorted(versions):
+            r = versions[v]
+            out.append(f"  v{v:<4} {r['minutes']:>5.1f} min  pass@1 {100 * r['pass_at_1']:5.1f}%  "
+                       f"right+boxed {100 * r['pass_at_1_boxed']:5.1f}%  boxed {100 * r['boxed']:5.1f}%")
+    out.append("")
+    out.append(f"{'minute':>6}  {'runs':>4}  {'pass@1 mean [range]':>22}  {'right+boxed mean [range]':>26}  "
+               f"{'boxed mean [range]':>22}")
+    for m in at:
+        picks = []
+        for versions in runs.values():
+            done = [r for r in versions.values() if r["minutes"] <= m + 0.5 and r["version"] > 0]
+            if done:
+                picks.append(max(done, key=lambda r: r["minutes"]))
+        if not picks:
+            continue
+
+        def spread(key: str) -> str:
+            xs = [100 * r[key] for r in picks]
+            return f"{statistics.fmean(xs):5.1f}% [{min(xs):.1f}, {max(xs):.1f}]"
+
+        out.append(f"{m:>6g}  {len(picks):>4}  {spread('pass_at_1'):>22}  {spread('pass_at_1_boxed'):>26}  "
+                   f"{spread('boxed'):>22}")
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run", required=True, help="run directory of examples/smollm2.toml (or smollm2_lora.toml)")
+    p.add_argument("--run", help="run directory of examples/smollm2.toml (or smollm2_lora.toml)")
+    p.add_argument("--results", default=str(RESULTS), help="JSON lines appended here, one per evaluated version")
+    p.add_argument("--report", action="store_true", help="print every run in --results and the spread over runs")
+    p.add_argument("--at", default="15,30,45", help="with --report: the minutes to compare the runs at")
     p.add_argument("--config", default=str(ROOT / "examples" / "smollm2.toml"),
                    help="config, when the run directory has no config.json")
     p.add_argument("--versions", default="0", help="comma-separated policy versions (0 = the base model)")
@@ -133,6 +189,11 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=0, help="evaluate only the first N held-out problems (0 = all)")
     p.add_argument("--plot", default=str(ROOT / "docs" / "smollm2-pass-at-1.png"))
     args = p.parse_args()
+    if args.report:
+        print(report(Path(args.results), [float(m) for m in args.at.split(",")]))
+        return
+    if not args.run:
+        p.error("--run is required (or --report)")
     args.versions = [int(v) for v in args.versions.split(",")]
     rows = sorted(asyncio.run(evaluate(args)), key=lambda r: r["version"])
     print(f"{'version':>7} {'minutes':>7} {'pass@1':>7} {'right+boxed':>11} {'boxed':>6} {'reward':>6}")
