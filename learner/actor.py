@@ -442,8 +442,9 @@ class LearnActor:
             "alarms": [a.message for a in self.watch.active.values()] + self.step_watch.alerts(),
             "alarm_counts": dict(self.step_watch.counts + self.watch.counts),
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
-            "time_to_gain": self._time_to_gain(flat),
         }
+        if before is not None:  # without a "before" round there is nothing to gain against
+            summary["time_to_gain"] = self._time_to_gain(flat)
         return summary
 
     def _time_to_gain(self, evals: list[dict]) -> dict | None:

@@ -309,7 +309,7 @@ def format_report(s: dict) -> str:
 def _gain(s: dict) -> str:
     """When held-out pass@1 first rose by ``[learn.eval] gain_points`` (``time_to_gain``)."""
     if "time_to_gain" not in s:
-        return "n/a"
+        return "n/a (no held-out round before training)"
     g = s["time_to_gain"]
     if not g:
         return "not reached"
