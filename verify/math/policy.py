@@ -92,6 +92,18 @@ def unevaluated(found: str, prose: str) -> bool:
     return bool(_PLAIN_ARITHMETIC.fullmatch(found.strip())) and _OPERATION.search(found) is not None
 
 
+def undone(span: str) -> bool:
+    """A located answer that is arithmetic on plain numbers left undone
+    (``\\boxed{6 + 7}`` for "What is 6 + 7?"): the question restated, which
+    math-verify evaluates and would call equal to the gold. A plain number,
+    a fraction (``1/2``, ``\\frac{1}{2}``) or anything with a symbol in it
+    is not undone arithmetic."""
+    if number_of(span) is not None:
+        return False
+    text = re.sub(r"\\(?:times|cdot|div)(?![A-Za-z])", "*", span).strip()
+    return bool(_PLAIN_ARITHMETIC.fullmatch(text)) and _OPERATION.search(text) is not None
+
+
 def last_result(prose: str) -> str | None:
     """The number after the last "=" of plain-text arithmetic, if any."""
     last = None

@@ -63,6 +63,12 @@ class MathParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_response_chars: Annotated[int, Meta(gt=0)] = 200_000
     max_answer_chars: Annotated[int, Meta(gt=0)] = 1_000
     max_answer_depth: Annotated[int, Meta(gt=0)] = 24
+    # An answer that is arithmetic on plain numbers left undone ("\\boxed{6 + 7}"
+    # for "What is 6 + 7?") restates the question: "reject" scores it wrong
+    # (policy=undone) unless the gold is written the same way; "accept" takes
+    # math-verify's word that it equals the gold. A policy learns to box the
+    # question within minutes when this is accepted (docs/verifiers.md).
+    undone_arithmetic: Literal["reject", "accept"] = "reject"
 
 
 class AnswerRefusedError(ValueError):
@@ -295,6 +301,10 @@ def score_math(response: str, params: MathParams) -> Verdict:
         return _verdict(0.0, "parse_error", shown, started, f"{where}; answer too large to evaluate: {exc}")
     except RecursionError:
         return _verdict(0.0, "parse_error", shown, started, f"{where}; answer too deeply nested for the parser")
+    if (ok and how != "identical" and params.undone_arithmetic == "reject" and pred.route != "prose"
+            and policy.undone(pred.span)):  # prose has its own rule (policy.unevaluated)
+        return _verdict(0.0, "wrong", shown, started,
+                        f"{where}; policy=undone; arithmetic left undone restates the question")
     if ok:
         return _verdict(1.0, "ok", shown, started, f"{where}; policy={how}; equivalent")
     return _verdict(0.0, "wrong", shown, started, f"{where}; policy={how}; not equivalent")
