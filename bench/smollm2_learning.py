@@ -41,7 +41,7 @@ It prints a table, appends one JSON line per version (with the run and its
 seed) to ``--results`` (default ``bench/results/smollm2_learning.jsonl``) and
 draws ``--plot``.
 
-    python bench/smollm2_learning.py --report [--results PATH] [--at 15,30,45]
+    python bench/smollm2_learning.py --report [--results PATH] [--at 15,30,45] [--runs A,B]
 
 reads every line of ``--results`` and prints every run it has seen, version by
 version, then, at each of the ``--at`` minutes, each run's last evaluated
@@ -207,7 +207,7 @@ def plot(rows: list[dict], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
-def report(path: Path, at: list[float]) -> str:
+def report(path: Path, at: list[float], only: set[str] | None = None) -> str:
     """Every run in ``path`` (JSON lines), then the spread over runs at each minute of ``at``.
 
     A run is its directory and evaluation settings (prompts, n): lines of the same
@@ -220,6 +220,8 @@ def report(path: Path, at: list[float]) -> str:
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
+            if only and r["run"] not in only:
+                continue
             runs.setdefault((r["run"], r["prompts"], r["n"]), {})[r["version"]] = r
     out = []
     for (run, prompts, n), versions in runs.items():
@@ -292,6 +294,7 @@ def main() -> None:
     p.add_argument("--rescore", metavar="DIR", help="score the samples --completions kept in DIR again, as the verifiers read now")
     p.add_argument("--groups", metavar="RUN", help="what each training group of RUN could teach, per --every steps")
     p.add_argument("--every", type=int, default=10, help="with --groups: steps per row")
+    p.add_argument("--runs", help="with --report: only these run directories (comma-separated), e.g. one recipe's runs")
     p.add_argument("--at", default="15,30,45", help="with --report: the minutes to compare the runs at")
     p.add_argument("--config", default=str(ROOT / "examples" / "smollm2.toml"),
                    help="config, when the run directory has no config.json")
@@ -302,7 +305,8 @@ def main() -> None:
     p.add_argument("--plot", default=str(ROOT / "docs" / "smollm2-pass-at-1.png"))
     args = p.parse_args()
     if args.report:
-        print(report(Path(args.results), [float(m) for m in args.at.split(",")]))
+        only = set(args.runs.split(",")) if args.runs else None
+        print(report(Path(args.results), [float(m) for m in args.at.split(",")], only))
         return
     if args.rescore:
         print(rescore(args))
