@@ -89,7 +89,12 @@ def unevaluated(found: str, prose: str) -> bool:
     affected (``Answer \\( (9+1) \\)``)."""
     if any(mark in prose for mark in ("$", "\\(", "\\[")):
         return False
-    return bool(_PLAIN_ARITHMETIC.fullmatch(found.strip())) and _OPERATION.search(found) is not None
+    return _plain_arithmetic(found)
+
+
+def _plain_arithmetic(text: str) -> bool:
+    """Digits, operators and parentheses only, with at least one operation."""
+    return bool(_PLAIN_ARITHMETIC.fullmatch(text.strip())) and _OPERATION.search(text) is not None
 
 
 def undone(span: str) -> bool:
@@ -100,8 +105,7 @@ def undone(span: str) -> bool:
     is not undone arithmetic."""
     if number_of(span) is not None:
         return False
-    text = re.sub(r"\\(?:times|cdot|div)(?![A-Za-z])", "*", span).strip()
-    return bool(_PLAIN_ARITHMETIC.fullmatch(text)) and _OPERATION.search(text) is not None
+    return _plain_arithmetic(re.sub(r"\\(?:times|cdot|div)(?![A-Za-z])", "*", span))
 
 
 def last_result(prose: str) -> str | None:
