@@ -125,8 +125,10 @@ class Admission(Generic[T]):
         return obj
 
     def _check_copy(self, msg_id: str, obj: T, data: bytes, stream_seq: int | None) -> None:
-        digest = fingerprint(data)
-        meaning = fingerprint(self.meaning(obj)) if self.meaning is not None else digest
+        # Equal bytes always mean the same, so where a meaning is given it alone
+        # decides (other bytes, same meaning: a copy; other meaning: a conflict),
+        # and the message's own bytes need no hash.
+        digest = meaning = fingerprint(self.meaning(obj) if self.meaning is not None else data)
         seen = self._first.get(msg_id)
         if seen is None:
             self._first.put(msg_id, (digest, meaning, stream_seq))

@@ -35,6 +35,7 @@ from rlvr.actors import topology
 from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.logs import get_logger
+from rlvr.actors.nats_fetch import take_queued_at_once
 from rlvr.actors.retry import retrying
 from rlvr.actors.secrets import connect_options, redact
 from rlvr.actors.tracing import inject_headers
@@ -167,18 +168,31 @@ class Bus:
             if start_seq is not None:
                 raise topology.TopologyMismatchError(f"only the topology's owner may reposition consumer {cd.durable}")
             await topology.check_consumer(self, cd, cd.durable)
-        return await self.js.pull_subscribe_bind(durable=cd.durable, stream=cd.stream)
+        psub = await self.js.pull_subscribe_bind(durable=cd.durable, stream=cd.stream)
+        if not take_queued_at_once(psub):
+            log.warning("nats_fetch_slow_path", why="this nats-py's subscription internals differ from the pinned one")
+        return psub
 
     # --- publishing ---------------------------------------------------------
+    def headers_for(self, msg_id: str | None = None, headers: dict[str, str] | None = None) -> dict[str, str]:
+        """The headers of a message published now: ``headers``, the current
+        trace's ``traceparent`` and ``Nats-Msg-Id`` = ``msg_id``."""
+        hdrs = inject_headers(headers)
+        if msg_id is not None:
+            hdrs["Nats-Msg-Id"] = msg_id
+        return hdrs
+
+    async def send(self, subject: str, data: bytes, headers: dict[str, str]) -> asyncio.Future[js_api.PubAck]:
+        """Publish an encoded message to JetStream without waiting: the future
+        of its PubAck (``pub_acks`` waits for it)."""
+        return await self.js.publish_async(subject, data, headers=headers)
+
     async def publish(
         self, subject: str, msg: Message, *, msg_id: str | None = None, headers: dict[str, str] | None = None
     ) -> js_api.PubAck:
         """Publish ``msg`` to JetStream and wait for its acknowledgement (nats'
         ``TimeoutError`` past ``nats.request_timeout_s``: a transient bus fault)."""
-        hdrs = inject_headers(headers)
-        if msg_id is not None:
-            hdrs["Nats-Msg-Id"] = msg_id
-        fut = await self.js.publish_async(subject, encode(msg), headers=hdrs)
+        fut = await self.send(subject, encode(msg), self.headers_for(msg_id, headers))
         return (await self._acked([fut]))[0]
 
     async def publish_many(self, subject: str, items: list[tuple[Message, str | None]]) -> list[js_api.PubAck]:
@@ -190,10 +204,7 @@ class Bus:
         futures = []
         try:
             for msg, msg_id in items:
-                h = dict(hdrs)
-                if msg_id is not None:
-                    h["Nats-Msg-Id"] = msg_id
-                futures.append(await self.js.publish_async(subject, encode(msg), headers=h))
+                futures.append(await self.send(subject, encode(msg), self.headers_for(msg_id, hdrs)))
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -201,12 +212,21 @@ class Bus:
         return await self._acked(futures)
 
     async def _acked(self, futures: list[asyncio.Future[js_api.PubAck]]) -> list[js_api.PubAck]:
-        """The PubAcks of ``futures``, all within ``nats.request_timeout_s``.
+        """The PubAcks of ``futures``; the first failure is raised (``pub_acks``)."""
+        results = await self.pub_acks(futures)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results  # type: ignore[return-value]
+
+    async def pub_acks(self, futures: list[asyncio.Future[js_api.PubAck]]) -> list[js_api.PubAck | Exception]:
+        """Each future's PubAck, or its error, all within ``nats.request_timeout_s``.
 
         One timer for the lot, which fails the futures still pending with
         nats' ``TimeoutError``; cheaper per message than ``js.publish``'s
         request (a ``wait_for`` each), and the same errors: ``APIError`` (a full
-        store...), ``NoStreamResponseError``."""
+        store...), ``NoStreamResponseError``. Cancelled, it cancels the futures
+        still pending (freeing nats-py's table entries)."""
 
         def expire() -> None:
             for f in futures:
@@ -214,12 +234,18 @@ class Bus:
                     f.set_exception(NatsTimeoutError())
 
         timer = asyncio.get_running_loop().call_later(self.nats_cfg.request_timeout_s, expire)
+        results: list[js_api.PubAck | Exception] = []
         try:
-            return [await f for f in futures]
+            for f in futures:
+                try:
+                    results.append(await f)
+                except Exception as e:
+                    results.append(e)
+            return results
         finally:
             timer.cancel()
             for f in futures:
-                f.cancel()  # no-op when done; frees nats-py's table entry when not
+                f.cancel()  # no-op when done
 
     async def publish_core(self, subject: str, msg: Message) -> None:
         """Fire-and-forget core NATS publish (heartbeats)."""

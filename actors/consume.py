@@ -74,7 +74,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import anyio
 from nats.aio.msg import Msg
@@ -89,6 +89,7 @@ from rlvr.actors.delivery import (
     ConsumerStats,
     ConsumerUnavailableError,
     Delivery,
+    Forward,
     Hold,
     Nak,
     Outcome,
@@ -97,6 +98,7 @@ from rlvr.actors.delivery import (
 from rlvr.actors.logs import bind_message, get_logger
 from rlvr.actors.retry import FOREVER, call_retrying, retrying
 from rlvr.actors.tracing import passing_on, trace_id_of
+from rlvr.protocol.codec import encode
 from rlvr.protocol.subjects import ConsumerDef
 from rlvr.protocol.validate import check_message
 
@@ -108,6 +110,29 @@ log = get_logger("rlvr.consume")
 # pulls for the slots that are free (bounds the latency a batched pull adds).
 _LINGER_S = 0.02
 Handler = Callable[[T, Delivery], Awaitable["Outcome | None"]]
+Forwarder = Callable[[T, Delivery], "Forward | Term | None"]
+
+
+class _Out(NamedTuple):
+    """A ``Forward``, encoded: what ``Bus.send`` takes."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+
+class _Job:
+    """One pulled message on its way to an outcome: admitted (``obj``) or
+    settled already by admission (``preset``: a refusal's ``Term``, a
+    duplicate's ``Ack``, a ``forward`` that failed)."""
+
+    __slots__ = ("delivery", "entry", "key", "msg", "obj", "preset")
+
+    def __init__(self, msg: Msg, key: int | None, entry: list) -> None:
+        self.msg, self.key, self.entry = msg, key, entry
+        self.delivery: Delivery | None = None
+        self.obj: object = None
+        self.preset: Outcome | None = None
 
 
 class Consumer(Generic[T]):
@@ -126,6 +151,7 @@ class Consumer(Generic[T]):
         poison_after: int | None = None,
         keep_alive_every_s: float | None = None,
         meaning: Callable[[T], bytes] | None = None,
+        forward: Forwarder[T] | None = None,
     ) -> None:
         self.bus = bus
         self.cd = cd
@@ -134,6 +160,7 @@ class Consumer(Generic[T]):
         self.concurrency = concurrency
         self.task_id_of = task_id_of
         self.start_seq = start_seq
+        self.forward = forward
         self.stats = ConsumerStats()
         # Poison threshold: the last allowed delivery must always settle the
         # message, or a message that keeps killing its holder stays stuck.
@@ -152,7 +179,8 @@ class Consumer(Generic[T]):
         # stream seq -> [msg, time of its last sign of life]. The ticker keeps them alive.
         self._held: dict[int | None, list] = {}
         # Pulled messages on their way to a lane; None tells a lane to stop.
-        self._inbox: asyncio.Queue[Msg | None] = asyncio.Queue()
+        self._inbox: asyncio.Queue[_Job | None] = asyncio.Queue()
+        self._lanes: anyio.abc.TaskGroup | None = None  # where batches of forwards run
 
     async def run(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = await self.bus.pull_subscription(self.cd, start_seq=self.start_seq)
@@ -168,6 +196,7 @@ class Consumer(Generic[T]):
                 # task group then waits for the handlers in hand, at most that long.
                 with anyio.CancelScope() as drain_scope:
                     async with anyio.create_task_group() as lanes:
+                        self._lanes = lanes
                         for _ in range(self.concurrency):
                             lanes.start_soon(self._lane)
                         while await self._room_to_pull(stop):
@@ -187,16 +216,15 @@ class Consumer(Generic[T]):
         """One of ``concurrency`` long-lived handler tasks: it takes pulled
         messages one at a time (a task per message would cost a task handle,
         a cancel scope and an event each)."""
-        while (msg := await self._inbox.get()) is not None:
-            await self._one(msg)
+        while (job := await self._inbox.get()) is not None:
+            await self._one(job)
 
     async def _give_back_untaken(self) -> None:
         """Nak the messages pulled but never taken by a lane (a drain cut short)."""
         while not self._inbox.empty():
-            msg = self._inbox.get_nowait()
-            if msg is not None:
-                await self._give_back(msg)
-                self._release()
+            job = self._inbox.get_nowait()
+            if job is not None:
+                await self._abandon(job)
 
     async def _give_back(self, msg: Msg) -> None:
         """Nak a message at stop, for immediate redelivery elsewhere (at most 2 s)."""
@@ -262,8 +290,95 @@ class Consumer(Generic[T]):
             raise
         self._free += taken - len(msgs)
         self._pulled_short = 0 < len(msgs) < max(1, self.concurrency // 2)
+        forwards: list[tuple[_Job, _Out]] = []
         for m in msgs:
-            self._inbox.put_nowait(m)
+            job = self._take(m)
+            if self.forward is not None and job.preset is None and (out := self._forward_of(job)) is not None:
+                forwards.append((job, out))
+            else:
+                self._inbox.put_nowait(job)
+        if forwards:
+            assert self._lanes is not None
+            self._lanes.start_soon(self._forward_all, forwards)
+
+    def _take(self, msg: Msg) -> _Job:
+        """Count ``msg`` in hand, keep it alive from now on, and admit it."""
+        self.stats.in_flight += 1
+        self.stats.counters["received"] += 1
+        key = _seq(msg)
+        job = _Job(msg, key, [msg, time.monotonic()])
+        self._held[key] = job.entry  # a redelivery of a held message takes its place
+        try:
+            job.delivery = delivery = Delivery(msg)
+            job.obj = self.admission.admit(msg.data, delivery.headers, num_delivered=delivery.num_delivered,
+                                           stream_seq=delivery.stream_seq)
+        except MessageRefused as r:
+            job.preset = Term(r.reason, r.error_type, kind=r.kind)
+        except MessageRepublished as r:
+            # The same message published again (a feeder re-issuing after a restart,
+            # past a duplicate window the server lost): the first copy is served.
+            log.info("duplicate_dropped", msg_id=r.msg_id, stream_seq=key)
+            self.stats.counters["duplicates"] += 1
+            job.preset = Ack()
+        except BaseException:  # not a JetStream message: a bug, not the message's fault
+            del self._held[key]
+            self.stats.in_flight -= 1
+            raise
+        return job
+
+    def _forward_of(self, job: _Job) -> _Out | None:
+        """``forward``'s answer for an admitted message, encoded at once (the
+        decoded message is dropped while it is still in the cache: a pull of
+        large samples would not fit). A ``Term`` or an exception (a fault of
+        this delivery) becomes the job's outcome, and None sends the message
+        to a lane (``handle``)."""
+        assert self.forward is not None and job.delivery is not None
+        try:
+            with passing_on(job.delivery.headers.get("traceparent")):
+                out = self.forward(job.obj, job.delivery)  # type: ignore[arg-type]
+            if out is None or isinstance(out, Term):
+                job.preset = out
+                return None
+            encoded = _Out(out.subject, encode(out.message), out.headers)  # type: ignore[arg-type]
+        except Exception as e:
+            self.stats.counters["faults"] += 1
+            job.preset = self._fault_outcome(job.delivery, e)
+            return None
+        job.obj = None
+        return encoded
+
+    async def _forward_all(self, items: list[tuple[_Job, _Out]]) -> None:
+        """Publish every forward of a pull at once, then ack each input once its
+        output's PubAck is back (one timer for the lot). An output that failed
+        is published again through ``_handle``: a transient bus fault is retried
+        in place, anything else is a fault of that message alone."""
+        settled = 0
+        try:
+            futures: list = []
+            for _, out in items:
+                try:
+                    futures.append(await self.bus.send(*out))
+                except Exception as e:
+                    futures.append(e)
+            sent = [f for f in futures if not isinstance(f, Exception)]
+            acks = iter(await self.bus.pub_acks(sent))
+            for (job, out), f in zip(items, futures):
+                result = f if isinstance(f, Exception) else next(acks)
+                if isinstance(result, Exception):
+                    outcome = await self._handle(job.delivery, lambda out=out: self._publish_again(out))  # type: ignore[arg-type]
+                else:
+                    outcome = Ack()
+                await self._settle(job.msg, outcome)
+                self._finish(job, outcome)
+                settled += 1
+        finally:
+            for job, _ in items[settled:]:
+                await self._abandon(job)
+
+    async def _publish_again(self, out: _Out) -> None:
+        (result,) = await self.bus.pub_acks([await self.bus.send(*out)])
+        if isinstance(result, Exception):
+            raise result
 
     async def _fetch(self, sub, batch: int) -> list[Msg]:
         """Up to ``batch`` messages. A pull the server could not answer (a leader
@@ -296,8 +411,8 @@ class Consumer(Generic[T]):
                 "consumer was deleted, `rlvr-actor init` or a learner restart recreates it"
             ) from e
 
-    async def _handle(self, obj: T, delivery: Delivery) -> Outcome:
-        """The handler's outcome. A transient bus fault (a publish that timed
+    async def _handle(self, delivery: Delivery, work: Callable[[], Awaitable[Outcome | None]]) -> Outcome:
+        """The outcome of ``work`` (the handler, or a forward's publish). A transient bus fault (a publish that timed
         out, a full store, no stream leader) is not the message's fault: it is
         retried in place, for as long as it lasts, the message kept alive with
         ``in_progress``, so its delivery count never turns it into a poison
@@ -314,7 +429,7 @@ class Consumer(Generic[T]):
             attempts += 1
             if attempts > 1:
                 await self._safely(delivery.msg.in_progress, "in_progress")
-            return await self.handle(obj, delivery) or Ack()
+            return await work() or Ack()
 
         try:
             return await call_retrying("handle", attempt, until=FOREVER, wait_max=self._backoff_max_s,
@@ -325,45 +440,43 @@ class Consumer(Generic[T]):
             self.stats.counters["faults"] += 1
             return self._fault_outcome(delivery, e)
 
-    async def _one(self, msg: Msg) -> None:
-        self.stats.in_flight += 1
-        self.stats.counters["received"] += 1
-        key = _seq(msg)
-        entry = [msg, time.monotonic()]
-        self._held[key] = entry  # a redelivery of a held message takes its place
+    async def _one(self, job: _Job) -> None:
         outcome: Outcome | None = None
         try:
-            delivery = Delivery(msg)
-            try:
-                obj = self.admission.admit(msg.data, delivery.headers, num_delivered=delivery.num_delivered,
-                                           stream_seq=delivery.stream_seq)
-            except MessageRefused as r:
-                await self._dead(msg, r.kind, r.reason, r.error_type)
-                outcome = Term(r.reason, r.error_type, kind=r.kind)
+            if job.preset is not None:  # settled by admission or by ``forward``
+                await self._settle(job.msg, job.preset)
+                outcome = job.preset
                 return
-            except MessageRepublished as r:
-                # The same message published again (a feeder re-issuing after a restart,
-                # past a duplicate window the server lost): the first copy is served.
-                log.info("duplicate_dropped", msg_id=r.msg_id, stream_seq=delivery.stream_seq)
-                self.stats.counters["duplicates"] += 1
-                await self._settle(msg, Ack())
-                outcome = Ack()
-                return
+            obj, delivery = job.obj, job.delivery
+            assert delivery is not None
             traceparent = delivery.headers.get("traceparent")
             with passing_on(traceparent), bind_message(task_id=self._task_id(obj), trace_id=trace_id_of(traceparent)):
-                handled = await self._handle(obj, delivery)  # ActorFatalError: the finally below naks
-                await self._settle(msg, handled)
+                # ActorFatalError: the finally below naks
+                handled = await self._handle(delivery, lambda: self.handle(obj, delivery))  # type: ignore[arg-type]
+                await self._settle(job.msg, handled)
                 outcome = handled
         finally:
-            held = isinstance(outcome, Hold) and self._held.get(key) is entry
-            if not held and self._held.get(key) is entry:
-                del self._held[key]
             if outcome is None:
                 # Cancelled (drain timeout or shutdown): give the message back now.
-                with anyio.CancelScope(shield=True):
-                    await self._give_back(msg)
-            self.stats.in_flight -= 1
-            self._release()
+                await self._abandon(job)
+            else:
+                self._finish(job, outcome)
+
+    def _finish(self, job: _Job, outcome: Outcome) -> None:
+        """``job`` is settled (or held, ``Hold``): its slot is free."""
+        if not isinstance(outcome, Hold) and self._held.get(job.key) is job.entry:
+            del self._held[job.key]
+        self.stats.in_flight -= 1
+        self._release()
+
+    async def _abandon(self, job: _Job) -> None:
+        """Give ``job``'s message back now, for redelivery elsewhere (a stop, a drain cut short)."""
+        if self._held.get(job.key) is job.entry:
+            del self._held[job.key]
+        with anyio.CancelScope(shield=True):
+            await self._give_back(job.msg)
+        self.stats.in_flight -= 1
+        self._release()
 
     async def release(self, stream_seq: int, outcome: Ack | Nak | None = None) -> None:
         """Settle a message its handler held (``Hold``): ack it (or nak it) now.
@@ -483,5 +596,5 @@ def _seq(msg: Msg) -> int | None:
 
 __all__ = [
     "DEAD_KINDS", "Ack", "ActorFatalError", "Consumer", "ConsumerStats", "ConsumerUnavailableError", "Delivery",
-    "Hold", "Nak", "Outcome", "Term",
+    "Forward", "Hold", "Nak", "Outcome", "Term",
 ]

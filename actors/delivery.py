@@ -40,6 +40,17 @@ class Hold(msgspec.Struct, frozen=True):
 Outcome = Ack | Nak | Term | Hold
 
 
+class Forward(msgspec.Struct, frozen=True):
+    """A consumer's ``forward`` result: publish ``message`` to ``subject``, then
+    ack the input once its PubAck is back (a hop that turns one message into
+    another, the verifier's fast path). ``headers`` are the output's, with its
+    ``Nats-Msg-Id`` and ``traceparent`` (``Bus.headers_for``)."""
+
+    subject: str
+    message: object
+    headers: dict[str, str]
+
+
 class ConsumerUnavailableError(RuntimeError):
     """Pulling from the durable consumer kept failing past ``bus.topology_wait_s``."""
 

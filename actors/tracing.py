@@ -28,6 +28,7 @@ Cost per message is kept small, because every hop of every trajectory pays it:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -224,7 +225,14 @@ def _well_formed(traceparent: str | None) -> bool:
     """A W3C ``traceparent`` (version 00) as this project writes them; a hop
     passes on nothing else (the header is untrusted, and copied onto every
     message the hop publishes)."""
-    return traceparent is not None and len(traceparent) == 55 and _W3C.fullmatch(traceparent) is not None
+    return traceparent is not None and len(traceparent) == 55 and _matches_w3c(traceparent)
+
+
+@functools.lru_cache(maxsize=1024)
+def _matches_w3c(traceparent: str) -> bool:
+    """Memoised: a hop asks up to three times of each message's header (its
+    context, its span, the headers it publishes)."""
+    return _W3C.fullmatch(traceparent) is not None
 
 
 def _unsampled(traceparent: str | None) -> bool:

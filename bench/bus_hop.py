@@ -39,7 +39,7 @@ traceparents flagged sampled;
 ``noop`` = "none" with ``OTEL_SDK_DISABLED=true`` in the role's environment, so
 the OpenTelemetry API hands out its no-op tracer: no span is even created
 (what an unsampled message could cost at best). The relay never traces.
-``--profile DIR`` runs each role under cProfile (its main thread only).
+``--profile DIR`` runs each role and the relay under cProfile (main thread only).
 
 Prints a Markdown table (medians over repeats) and appends one JSON line per
 configuration and size to ``bench/results/bus_hop.jsonl``. Linux only (/proc).
@@ -206,7 +206,9 @@ async def bench(args: argparse.Namespace, srv: NatsServer, tmp: Path) -> list[di
             buses[run] = await Bus.connect(NatsConfig(url=srv.url), BusConfig(), RunNames(run), "bench")
             await buses[run].ensure_topology()
         relay_log = tmp / "relay.log"
-        procs[RUN_B] = start([sys.executable, str(Path(__file__).resolve()), "--relay", srv.url, RUN_B], relay_log, env)
+        relay_prof = ["-m", "cProfile", "-o", str(Path(args.profile).resolve() / "relay.prof")] if args.profile else []
+        procs[RUN_B] = start([sys.executable, *relay_prof, str(Path(__file__).resolve()), "--relay", srv.url, RUN_B],
+                             relay_log, env)
         for run, (workers, tracing) in zip(runs[1:], confs, strict=True):
             conf = run.removeprefix(f"{RUN_A}-")
             cfg, log = tmp / f"{conf}.toml", tmp / f"{conf}.log"
@@ -319,7 +321,7 @@ def main() -> int:
     ap.add_argument("--workers", type=_csv(int), default=[1], help="pool sizes, e.g. 1,2")
     ap.add_argument("--tracing", type=_csv(str, TRACING), default=["default"],
                     help="noop, off, sampled, default, full (comma list; default: as `up` traces)")
-    ap.add_argument("--profile", help="run the role under cProfile, writing DIR/verify-<config>.prof")
+    ap.add_argument("--profile", help="run each role and the relay under cProfile: DIR/verify-<config>.prof, DIR/relay.prof")
     ap.add_argument("--keep", help="work in DIR and keep it (role logs, traces, nats store) instead of a temp dir")
     ap.add_argument("--label", default="", help="free text recorded with the results (e.g. baseline)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="the JSON-lines file appended to")

@@ -8,9 +8,12 @@ version...). Actors turn that error into a dead letter; they never crash on it.
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any, Literal, TypeVar, Union
 
 import msgspec
+import msgspec.inspect as mi
 
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
 from rlvr.protocol.samples import Sample, Scored
@@ -63,7 +66,7 @@ def decode(data: bytes, expected: type[T]) -> T:
     try:
         msg = decoder.decode(data)
     except msgspec.ValidationError as e:
-        raise MessageDecodeError("schema", str(e)) from None
+        raise MessageDecodeError("schema", _named(str(e), expected)) from None
     except msgspec.DecodeError as e:
         raise MessageDecodeError("malformed", f"not valid msgpack: {e}") from None
     except RecursionError:
@@ -74,6 +77,56 @@ def decode(data: bytes, expected: type[T]) -> T:
     if msg.v > supported:
         raise UnsupportedVersionError(type(msg).__name__, msg.v, supported)
     return msg
+
+
+_AT = re.compile(r"at `\$([^`]*)`$")
+_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
+
+
+def _named(reason: str, expected: Any) -> str:
+    """msgspec's reason with the positions of ``array_like`` structs named:
+    ``$.completion[1][3]`` reads ``$.completion.logprobs[3]``."""
+    m = _AT.search(reason)
+    if m is None:
+        return reason
+    path, out, info, end = m.group(1), "$", _type_info(expected), 0
+    for step in _STEP.finditer(path):
+        if step.start() != end:
+            return reason  # a step this does not follow (a dict key): leave the path as msgspec wrote it
+        end = step.end()
+        name, index = step.group(1), step.group(2)
+        info = _member(info, name)
+        if name is not None:
+            out += f".{name}"
+            fields = info.fields if isinstance(info, mi.StructType) else ()
+            info = next((f.type for f in fields if f.encode_name == name), None)
+        elif isinstance(info, mi.StructType) and info.array_like and int(index) < len(info.fields):
+            out += f".{info.fields[int(index)].name}"
+            info = info.fields[int(index)].type
+        else:
+            out += f"[{index}]"
+            info = getattr(info, "item_type", None)
+    if end != len(path):
+        return reason
+    return reason[: m.start(1) - 1] + out + reason[m.end(1):]
+
+
+@functools.cache
+def _type_info(t: Any) -> mi.Type:
+    return mi.type_info(t)
+
+
+def _member(info: Any, name: str | None) -> Any:
+    """The member of a union (an optional field, the message union) the next
+    step goes into: a struct with field ``name``, or a container for an index."""
+    if not isinstance(info, mi.UnionType):
+        return info
+    for t in info.types:
+        if name is not None and isinstance(t, mi.StructType) and any(f.encode_name == name for f in t.fields):
+            return t
+        if name is None and isinstance(t, (mi.StructType, mi.ListType)):
+            return t
+    return info
 
 
 __all__ = ["Message", "MessageDecodeError", "UnsupportedVersionError", "decode", "encode"]

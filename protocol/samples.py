@@ -19,6 +19,19 @@ FinishReason = Literal["stop", "length", "abort", "rejected"]
 Outcome = Literal["ok", "wrong", "timeout", "sandbox_error", "parse_error", "error"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)  # every outcome, in report order
 
+# Token ids index an embedding: non-negative, and below 2**31 before the
+# learner's own vocabulary check (torch's int64 would accept 2**63).
+MAX_TOKEN_ID = 2**31 - 1
+# A log-prob is <= 0; the small slack absorbs rounding in an engine's
+# log-softmax. Below -1e4 a probability is 0 in any float type: such a
+# value is a bug, and it would make an importance ratio overflow.
+MAX_LOGPROB = 1e-3
+MIN_LOGPROB = -1e4
+# Checked by the decoder, in C, for every token of every consumed sample (NaN
+# and +-inf fail too): per token, a Python check would cost more than the decode.
+TokenId = Annotated[int, Meta(ge=0, le=MAX_TOKEN_ID)]
+LogProb = Annotated[float, Meta(ge=MIN_LOGPROB, le=MAX_LOGPROB)]
+
 
 class Completion(Struct, frozen=True, array_like=True, gc=False):
     """Token ids of the completion and the behaviour log-prob of each.
@@ -34,8 +47,8 @@ class Completion(Struct, frozen=True, array_like=True, gc=False):
     never read). Empty: every token is the policy's, as in a single-turn sample.
     """
 
-    ids: list[int]
-    logprobs: list[float]
+    ids: list[TokenId]
+    logprobs: list[LogProb]
     mask: list[int] = []
 
     def policy_tokens(self) -> int:
@@ -89,7 +102,7 @@ class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
     sample_index: Annotated[int, Meta(ge=0)]
     group_id: str
     group_size: Annotated[int, Meta(gt=0)]
-    prompt_ids: list[int]
+    prompt_ids: list[TokenId]
     completion: Completion
     text: str
     finish_reason: FinishReason

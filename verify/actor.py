@@ -22,7 +22,7 @@ from collections import Counter
 
 import anyio
 
-from rlvr.actors.consume import Consumer, Delivery, Term
+from rlvr.actors.consume import Consumer, Delivery, Forward, Term
 from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
@@ -31,7 +31,7 @@ from rlvr.protocol import Sample, Scored, Verdict, decode
 from rlvr.protocol.samples import ENV_FAILURES, sample_meaning
 from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
 from rlvr.verify.config import VerifyConfig
-from rlvr.verify.pool import VerifierPool
+from rlvr.verify.pool import INLINE_VERIFIERS, VerifierPool
 from rlvr.sandbox.base import SandboxUnavailableError
 from rlvr.sandbox.levels import choose_level
 from rlvr.sandbox.levels import gauges as sandbox_gauges
@@ -72,45 +72,84 @@ class VerifyActor:
                 validate=check_sample,  # before any verifier sees it: dead-lettered with the field
                 meaning=sample_meaning,  # a regenerated copy of a slot is a duplicate, not a conflict
                 keep_alive_every_s=self.cfg.in_progress_every_s,
+                forward=self.forward,
             )
             await self.consumer.run(ctx.stop)
 
     async def handle(self, sample: Sample, delivery: Delivery) -> Term | None:
+        """A sample ``forward`` left to a lane: scored in the pool, then published."""
         assert self.pool is not None
-        with hop_span(
-            "verify.score",
-            delivery.trace_context,
-            {"rlvr.sample_id": sample.sample_id, "rlvr.verifier": sample.verifier.name},
-        ) as span:
-            if sample.finish_reason == "rejected":
-                verdict = Verdict(0.0, "parse_error", sample.verifier.name, detail="prompt rejected by the rollout")
-            elif sample.episode is not None and sample.episode.end_reason in ENV_FAILURES:
-                # The environment failed, not the policy: an error, never a 0 that reads as a wrong answer.
-                e = sample.episode
-                verdict = Verdict(0.0, "error", sample.verifier.name,
-                                  detail=f"episode ended {e.end_reason} ({e.environment}): {e.detail}"[:2000])
-            else:
-                try:
+        with hop_span("verify.score", delivery.trace_context, self._span_attributes(sample)) as span:
+            try:
+                verdict = self._verdict_now(sample)
+                if verdict is None:
                     # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).
                     verdict = await self.pool.verify(
                         sample.verifier, sample.text, context_for_sample(sample, self.sandbox)
                     )
-                except VerifierSpecError as e:  # raised before dispatch: dead-lettered, never retried
-                    self.outcomes["bad_spec"] += 1
-                    return Term(str(e), "VerifierSpecError")
-            try:
-                check_verdict(verdict)  # a NaN reward must never reach the learner
-            except MessageInvalidError as e:
-                self.outcomes["invalid_verdict"] += 1
-                return Term(f"verifier {sample.verifier.name!r} returned an unusable verdict: {e.reason}",
-                            "MessageInvalidError", kind="invalid")
-            if span.is_recording():  # an unsampled trajectory pays nothing more
-                span.set_attributes({"rlvr.outcome": verdict.outcome, "rlvr.reward": verdict.reward})
-            scored = Scored(sample=sample, verdict=verdict, replica=self.ctx.replica)
+            except VerifierSpecError as e:  # raised before dispatch: dead-lettered, never retried
+                self.outcomes["bad_spec"] += 1
+                return Term(str(e), "VerifierSpecError")
+            scored = self._scored(sample, verdict, span)
+            if isinstance(scored, Term):
+                return scored
             await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=sample.sample_id)
+        self._count(verdict)
+        return None
+
+    def forward(self, sample: Sample, delivery: Delivery) -> Forward | Term | None:
+        """The fast path, run by the consumer as it pulls: a verdict known at
+        once (``INLINE_VERIFIERS``, a rejected prompt, a failed environment)
+        becomes a ``Scored`` that the consumer publishes with the pull's other
+        results, acking the sample once it is stored. None: the sample needs
+        the pool, and goes to ``handle``."""
+        try:
+            verdict = self._verdict_now(sample)
+        except VerifierSpecError as e:
+            self.outcomes["bad_spec"] += 1
+            return Term(str(e), "VerifierSpecError")
+        if verdict is None:
+            return None
+        with hop_span("verify.score", delivery.trace_context, self._span_attributes(sample)) as span:
+            scored = self._scored(sample, verdict, span)
+            if isinstance(scored, Term):
+                return scored
+            headers = self.ctx.bus.headers_for(sample.sample_id)  # inside the span: the output continues it
+        self._count(verdict)
+        return Forward(self.ctx.names.scored, scored, headers)
+
+    def _verdict_now(self, sample: Sample) -> Verdict | None:
+        """The verdict when no worker is needed; None when the pool must score it."""
+        if sample.finish_reason == "rejected":
+            return Verdict(0.0, "parse_error", sample.verifier.name, detail="prompt rejected by the rollout")
+        if sample.episode is not None and sample.episode.end_reason in ENV_FAILURES:
+            # The environment failed, not the policy: an error, never a 0 that reads as a wrong answer.
+            e = sample.episode
+            return Verdict(0.0, "error", sample.verifier.name,
+                           detail=f"episode ended {e.end_reason} ({e.environment}): {e.detail}"[:2000])
+        assert self.pool is not None
+        if sample.verifier.name not in INLINE_VERIFIERS:
+            return None
+        return self.pool.verify_now(sample.verifier, sample.text, context_for_sample(sample, self.sandbox))
+
+    def _scored(self, sample: Sample, verdict: Verdict, span) -> Scored | Term:
+        try:
+            check_verdict(verdict)  # a NaN reward must never reach the learner
+        except MessageInvalidError as e:
+            self.outcomes["invalid_verdict"] += 1
+            return Term(f"verifier {sample.verifier.name!r} returned an unusable verdict: {e.reason}",
+                        "MessageInvalidError", kind="invalid")
+        if span.is_recording():  # an unsampled trajectory pays nothing more
+            span.set_attributes({"rlvr.outcome": verdict.outcome, "rlvr.reward": verdict.reward})
+        return Scored(sample=sample, verdict=verdict, replica=self.ctx.replica)
+
+    @staticmethod
+    def _span_attributes(sample: Sample) -> dict[str, str]:
+        return {"rlvr.sample_id": sample.sample_id, "rlvr.verifier": sample.verifier.name}
+
+    def _count(self, verdict: Verdict) -> None:
         self.outcomes[verdict.outcome] += 1
         self.rate.add(1)
-        return None
 
     def _choose_sandbox(self) -> None:
         """Probe the sandbox level once, say which and why; workers then use

@@ -342,12 +342,11 @@ class VerifierPool:
         Raises ``VerifierSpecError`` (before dispatch) for an unknown verifier
         or bad params. Timeouts and crashes come back as verdicts.
         """
-        bound = resolve(spec)
+        if (verdict := self.verify_now(spec, completion, ctx)) is not None:
+            return verdict
         if self._closed:
             raise anyio.ClosedResourceError("the verifier pool is closed")
         ctx = msgspec.structs.replace(ctx or VerifyContext(), budget_s=self.timeout_s)
-        if spec.name in INLINE_VERIFIERS:
-            return self._inline(bound, completion, ctx)
         call = _Pending(spec.name, encoder.encode(WorkerCall(spec.name, dict(spec.params), completion, ctx)))
         self._queue.append(call)
         self._queued.set()
@@ -366,6 +365,17 @@ class VerifierPool:
             raise call.error
         assert call.verdict is not None
         return call.verdict
+
+    def verify_now(self, spec: VerifierSpec, completion: str, ctx: VerifyContext | None = None) -> Verdict | None:
+        """The verdict of one of ``INLINE_VERIFIERS``, computed here and now; None
+        for any other verifier (``verify`` sends it to a worker). Raises
+        ``VerifierSpecError`` for an unknown verifier or bad params."""
+        bound = resolve(spec)
+        if spec.name not in INLINE_VERIFIERS:
+            return None
+        if self._closed:
+            raise anyio.ClosedResourceError("the verifier pool is closed")
+        return self._inline(bound, completion, msgspec.structs.replace(ctx or VerifyContext(), budget_s=self.timeout_s))
 
     async def _dispatch(self) -> None:
         """Hand the queued calls to idle workers, one batch per worker."""

@@ -113,16 +113,17 @@ def sample_mutations(s) -> list[tuple[str, Any, str, str]]:
     t, sp = s.timings, s.sampling
     out = []
     for name, lp in (("nan", math.nan), ("inf", math.inf), ("neg_inf", -math.inf), ("positive", 0.5)):
-        out.append((f"logprob_{name}", _r(s, completion=Completion([5, 6], [-0.1, lp])), "invalid",
+        # Ranges per token are the schema's (the decoder checks them), named by field.
+        out.append((f"logprob_{name}", _r(s, completion=Completion([5, 6], [-0.1, lp])), "schema",
                     "completion.logprobs[1]"))
     for field in ("queued_s", "generate_s", "finished_at"):
         for name, x in (("nan", math.nan), ("inf", math.inf)):
             out.append((f"timings_{field}_{name}", _r(s, timings=_r(t, **{field: x})), "invalid", f"timings.{field}"))
     return out + [
         ("lengths_disagree", _r(s, completion=Completion([5, 6, 7], [-0.1, -0.2])), "invalid", "one log-prob per token"),
-        ("completion_id_negative", _r(s, completion=Completion([5, -6], [-0.1, -0.2])), "invalid", "completion.ids[1]"),
-        ("prompt_id_negative", _r(s, prompt_ids=[1, -2, 3]), "invalid", "prompt_ids[1]"),
-        ("completion_id_huge", _r(s, completion=Completion([5, 2**40], [-0.1, -0.2])), "invalid", "is not a token id"),
+        ("completion_id_negative", _r(s, completion=Completion([5, -6], [-0.1, -0.2])), "schema", "completion.ids[1]"),
+        ("prompt_id_negative", _r(s, prompt_ids=[1, -2, 3]), "schema", "prompt_ids[1]"),
+        ("completion_id_huge", _r(s, completion=Completion([5, 2**40], [-0.1, -0.2])), "schema", "completion.ids[1]"),
         ("sample_index_past_n", _r(s, sample_index=9), "invalid", "sample_index must be in"),
         ("sample_index_negative", _r(s, sample_index=-1), "schema", "sample_index"),
         ("group_size_huge", _r(s, group_size=10**6), "invalid", "group_size must be in"),
