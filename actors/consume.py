@@ -65,7 +65,18 @@ Cost per message is what bounds a hop's rate (bench/bus_hop.py), so:
   ticker per consumer (``keep_alive_every_s``) sends ``in_progress`` for every
   message held past the interval, instead of a keep-alive task per message;
 - the message's trace context is extracted once into ``Delivery.trace_context``
-  and handlers start their span from it; nothing is attached per message.
+  and handlers start their span from it; nothing is attached per message;
+- messages are admitted as they are pulled (``_take``), and a consumer given a
+  ``forward`` (the verifier: a verdict known at once) asks it for each one
+  there and then: a ``Forward`` is encoded at once and published with the rest
+  of its pull, and each input is acked once its own output is stored (one
+  PubAck timer for the lot); None sends the message to a lane and ``handle``,
+  a ``Term`` dead-letters it, an exception is a fault of that message alone.
+  An output whose publish fails is published again through ``_handle``'s
+  retry, the input kept alive meanwhile. ``forward`` runs in the pull loop:
+  it must be quick and do no I/O;
+- pull subscriptions take messages already delivered without a task each
+  (``rlvr.actors.nats_fetch``).
 """
 
 from __future__ import annotations
