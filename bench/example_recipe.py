@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="run dir for the models and log.jsonl")
     ap.add_argument("--tie-embeddings", action="store_true", help="learn.prepare.tie_embeddings = true")
+    ap.add_argument("--hidden", type=int, help="learn.prepare.hidden (the model's width)")
+    ap.add_argument("--layers", type=int, help="learn.prepare.layers")
+    ap.add_argument("--heads", type=int, help="learn.prepare.heads (hidden / heads must be a head size vLLM's CPU attention takes: 32, 64...)")
     ap.add_argument("--sft-lr", type=float, help="learn.prepare.sft_lr")
     ap.add_argument("--sft-target", type=float, help="learn.prepare.sft_target_pass_at_1")
     ap.add_argument("--sft-model", type=Path, help="skip the warm-up and start RL from this HF folder")
@@ -56,6 +59,9 @@ def load_recipe(args: argparse.Namespace):
 
     chosen = {
         "learn.prepare.tie_embeddings": args.tie_embeddings or None,
+        "learn.prepare.hidden": args.hidden,
+        "learn.prepare.layers": args.layers,
+        "learn.prepare.heads": args.heads,
         "learn.prepare.sft_lr": args.sft_lr,
         "learn.prepare.sft_target_pass_at_1": args.sft_target,
         "learn.engine.optimizer.lr": args.lr,

@@ -180,3 +180,35 @@ def test_an_output_the_bus_cannot_store_keeps_its_input_unacked_until_it_can(nat
     assert before["acked"] == 0 and before["bus_retries"] >= 2 and before["faults"] == 0
     assert after["acked"] == 1 and after["faults"] == 0 and after["dead_lettered"] == 0
     assert info.num_ack_pending == 0 and info.num_redelivered == 0  # kept alive in place, never redelivered
+
+
+def test_a_stop_gives_back_an_input_whose_output_is_still_unstored(nats_server):
+    nowhere = f"{RUN}.nowhere"
+    deliveries: list[int] = []
+
+    async def main():
+        bus = await _bus(nats_server.url, drain_timeout_s=0.5)
+        await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m0")
+        sends = SendWatch(bus)
+        first = _consumer(bus, _scored(bus, nowhere))
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(first.run, stop)
+            with anyio.fail_after(30):
+                await sends.until(lambda w: w.failed >= 1)
+            stop.set()  # the drain deadline cuts the retry short: the input goes back
+        good = _scored(bus)
+
+        def forward(sample, delivery):
+            deliveries.append(delivery.num_delivered)
+            return good(sample, delivery)
+
+        second = _consumer(bus, forward)  # another replica, whose outputs can be stored
+        await _run_until(second, lambda: sends.until(lambda w: w.stored >= 1))
+        await bus.close()
+        return first.stats, second.stats.counters
+
+    first, second = anyio.run(main)
+    assert first.counters["acked"] == 0 and first.counters["naked"] == 1 and first.in_flight == 0
+    assert second["acked"] == 1 and deliveries == [2]  # the same message, delivered again, nothing lost
+    assert len(BusClient(nats_server.url, RUN).stream_messages("SCORED")) == 1
