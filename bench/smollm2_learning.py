@@ -38,10 +38,11 @@ now (no generation), and prints each version's pass@1, right-and-boxed and
 boxed share: how a change to a verifier changes the figures of a past run.
 
 It prints a table, appends one JSON line per version (with the run and its
-seed) to ``--results`` (default ``bench/results/smollm2_learning.jsonl``) and
-draws ``--plot``.
+seed) to ``--results`` (default ``bench/results/smollm2_learning.jsonl``) and,
+given ``--plot PNG``, draws it (nothing by default: an evaluation never
+overwrites the docs' figure).
 
-    python bench/smollm2_learning.py --report [--results PATH] [--at 15,30,45] [--runs A,B]
+    python bench/smollm2_learning.py --report [--results PATH] [--at 15,30,45] [--runs A,B] [--plot PNG]
 
 reads every line of ``--results`` and prints every run it has seen, version by
 version, then, at each of the ``--at`` minutes, each run's last evaluated
@@ -187,24 +188,39 @@ def sample_kind(components: dict[str, float]) -> str:
     return f"{'right' if right else 'wrong'}_{'boxed' if box else 'unboxed'}"
 
 
-def plot(rows: list[dict], out: Path) -> None:
+def plot(runs: dict[str, list[dict]], out: Path) -> None:
+    """Each run's pass@1, right-and-boxed and boxed share against its wall minutes: a colour per run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    xs = [r.get("minutes", 0.0) for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(xs, [100 * r["pass_at_1"] for r in rows], "o-", label="pass@1 (answer; no format reward)")
-    ax.plot(xs, [100 * r["pass_at_1_boxed"] for r in rows], "s--", label="pass@1, right and boxed")
-    ax.plot(xs, [100 * r["boxed"] for r in rows], "^:", label="boxed share (format)")
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for (label, rows), colour in zip(runs.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        xs = [r.get("minutes", 0.0) for r in rows]
+        ax.plot(xs, [100 * r["pass_at_1"] for r in rows], "o-", color=colour, label=f"{label}: pass@1 (answer)")
+        ax.plot(xs, [100 * r["pass_at_1_boxed"] for r in rows], "s--", color=colour, label=f"{label}: right and boxed")
+        ax.plot(xs, [100 * r["boxed"] for r in rows], "^:", color=colour, alpha=0.6, label=f"{label}: boxed share")
+    first = next(iter(runs.values()))[0]
     ax.set_xlabel("wall minutes of the run (2 CPU cores)")
     ax.set_ylabel("% of held-out samples")
-    ax.set_title(f"SmolLM2-135M-Instruct, {rows[0]['prompts']} held-out problems x {rows[0]['n']} samples")
+    ax.set_title(f"SmolLM2-135M-Instruct, {first['prompts']} held-out problems x {first['n']} samples")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+
+
+def _runs(path: Path, only: set[str] | None) -> dict[tuple, dict[int, dict]]:
+    """The lines of ``path`` by run (directory, prompts, n) and version, the newest of each kept."""
+    runs: dict[tuple, dict[int, dict]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if only and r["run"] not in only:
+                continue
+            runs.setdefault((r["run"], r["prompts"], r["n"]), {})[r["version"]] = r
+    return runs
 
 
 def report(path: Path, at: list[float], only: set[str] | None = None) -> str:
@@ -216,13 +232,7 @@ def report(path: Path, at: list[float], only: set[str] | None = None) -> str:
     written when their step ends, not on the minute)."""
     import statistics
 
-    runs: dict[tuple, dict[int, dict]] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            if only and r["run"] not in only:
-                continue
-            runs.setdefault((r["run"], r["prompts"], r["n"]), {})[r["version"]] = r
+    runs = _runs(path, only)
     out = []
     for (run, prompts, n), versions in runs.items():
         seed = next((r["seed"] for r in versions.values() if "seed" in r), "?")
@@ -302,11 +312,16 @@ def main() -> None:
     p.add_argument("--n", type=int, default=4, help="samples per held-out problem")
     p.add_argument("--prompts", type=int, default=0, help="evaluate only the first N held-out problems (0 = all)")
     p.add_argument("--completions", help="write each version's samples and verdicts to DIR/v<version>.jsonl")
-    p.add_argument("--plot", default=str(ROOT / "docs" / "smollm2-pass-at-1.png"))
+    p.add_argument("--plot", help="draw the evaluated versions (with --report: every run reported) to this PNG, "
+                                   "e.g. docs/smollm2-pass-at-1.png")
     args = p.parse_args()
     if args.report:
         only = set(args.runs.split(",")) if args.runs else None
         print(report(Path(args.results), [float(m) for m in args.at.split(",")], only))
+        if args.plot:
+            runs = _runs(Path(args.results), only)
+            plot({f"seed {next(iter(v.values())).get('seed', '?')}": [v[k] for k in sorted(v)] for v in runs.values()},
+                 Path(args.plot))
         return
     if args.rescore:
         print(rescore(args))
@@ -323,7 +338,7 @@ def main() -> None:
         print(f"{r['version']:>7} {r['minutes']:>7} {100 * r['pass_at_1']:>6.1f}% {100 * r['pass_at_1_boxed']:>10.1f}% "
               f"{100 * r['boxed']:>5.1f}% {r['reward']:>6.3f}")
     if args.plot:
-        plot(rows, Path(args.plot))
+        plot({args.run: rows}, Path(args.plot))
 
 
 if __name__ == "__main__":
