@@ -39,14 +39,8 @@ messages into poison pills. A pull that fails that way is retried too, for
 at most ``bus.topology_wait_s``, then the consumer fails naming itself. Both
 retry through ``rlvr.actors.retry``, the one retry policy.
 
-Dead-lettering never kills the actor: a message too large to copy goes to
-DEAD as a reference (bus.py), and a failed publish to DEAD (a timeout, a full
-store) is retried while the message stays un-acked and kept alive with
-``in_progress``; a letter that cannot copy the message's bytes or headers
-goes bare (reason, stream and sequence only). Every dead letter is counted by kind
-(``dead_letter.<kind>``, ``poison_pills``, ``dead_letter_failures``,
-``dead_letter_retrying``) in ``ConsumerStats.counters``, which each role puts
-in its heartbeat, so ``rlvr-actor status`` shows them.
+Dead-lettering never kills the actor, and neither does an ack, a nak or a
+term that fails (``rlvr.actors.settle``).
 
 Drain: when ``stop`` is set the loop stops pulling (it notices within one
 ``fetch_timeout_s``); handlers in hand get ``drain_timeout_s`` to finish and
@@ -107,7 +101,8 @@ from rlvr.actors.delivery import (
     Term,
 )
 from rlvr.actors.logs import bind_message, get_logger
-from rlvr.actors.retry import FOREVER, call_retrying, retrying
+from rlvr.actors.retry import FOREVER, call_retrying
+from rlvr.actors.settle import dead_letter_and_term, safely, stream_seq
 from rlvr.actors.tracing import passing_on, trace_id_of
 from rlvr.protocol.codec import encode
 from rlvr.protocol.subjects import ConsumerDef
@@ -240,10 +235,10 @@ class Consumer(Generic[T]):
     async def _give_back(self, msg: Msg) -> None:
         """Nak a message at stop, for immediate redelivery elsewhere (at most 2 s)."""
         with anyio.move_on_after(2):
-            self.admission.given_back(_seq(msg))
+            self.admission.given_back(stream_seq(msg))
             if await self._safely(msg.nak, "nak"):
                 self.stats.counters["naked"] += 1
-            log.info("naked_on_stop", stream_seq=_seq(msg))
+            log.info("naked_on_stop", stream_seq=stream_seq(msg))
 
     async def _wake_on(self, stop: anyio.Event) -> None:
         await stop.wait()
@@ -316,7 +311,7 @@ class Consumer(Generic[T]):
         """Count ``msg`` in hand, keep it alive from now on, and admit it."""
         self.stats.in_flight += 1
         self.stats.counters["received"] += 1
-        key = _seq(msg)
+        key = stream_seq(msg)
         job = _Job(msg, key, [msg, time.monotonic()])
         self._held[key] = job.entry  # a redelivery of a held message takes its place
         try:
@@ -529,80 +524,20 @@ class Consumer(Generic[T]):
                 if await self._safely(msg.ack, "ack"):
                     self.stats.counters["acked"] += 1
             case Nak(delay_s=delay):
-                self.admission.given_back(_seq(msg))
+                self.admission.given_back(stream_seq(msg))
                 if await self._safely(lambda: msg.nak(delay=delay or None), "nak"):
                     self.stats.counters["naked"] += 1
             case Term(reason=reason, error_type=error_type, kind=kind):
                 await self._dead(msg, kind, reason, error_type)
             case Hold():  # kept in ``_held`` (alive) until ``release``
-                self.admission.given_back(_seq(msg))
+                self.admission.given_back(stream_seq(msg))
 
     async def _safely(self, op: Callable[[], Awaitable[object]], what: str) -> bool:
-        """Ack/nak/term; a failure is logged and counted, never fatal: the
-        server redelivers after ack_wait, which at-least-once already allows."""
-        try:
-            await op()
-            return True
-        except Exception as e:
-            self.stats.counters["settle_failures"] += 1
-            log.warning("settle_failed", op=what, error=repr(e))
-            return False
+        return await safely(op, what, self.stats.counters)
 
     async def _dead(self, msg: Msg, kind: str, reason: str, error_type: str) -> None:
-        """Dead-letter and term ``msg``, retrying the dead letter until it is stored.
-
-        While DEAD refuses it (storage full, timeouts) the message stays
-        un-acked and ours (``in_progress``) and the failure shows in the
-        counters; a stop cancels the wait and ``_one`` naks it back. A
-        failure that is not the bus's comes from the message's own bytes or
-        headers (the letter copies them): the letter is then sent bare, its
-        reason, stream and sequence only, so no message can keep itself out
-        of DEAD or take the actor down.
-        """
-        try:
-            reference = await self._store_dead_letter(msg, kind, reason, error_type, bare=False)
-        except Exception as e:
-            self.stats.counters["dead_letter_bare"] += 1
-            log.error("dead_letter_copy_failed", kind=kind, error=f"{type(e).__name__}: {e}", stream_seq=_seq(msg))
-            reference = await self._store_dead_letter(msg, kind, f"{reason} (sent bare: {type(e).__name__})",
-                                                      error_type, bare=True)
-        await self._safely(msg.term, "term")
-        self.stats.counters["dead_lettered"] += 1
-        self.stats.counters[f"dead_letter.{kind}"] += 1
-        if kind == "poison":
-            self.stats.counters["poison_pills"] += 1
-        if reference:
-            self.stats.counters["dead_letter_references"] += 1
-
-    async def _store_dead_letter(self, msg: Msg, kind: str, reason: str, error_type: str, *, bare: bool) -> bool:
-        """``bus.dead_letter``, retried FOREVER on transient faults, the message kept alive meanwhile."""
-        failing = False
-
-        async def keep(_: BaseException) -> None:
-            nonlocal failing
-            self.stats.counters["dead_letter_failures"] += 1
-            if not failing:
-                failing = True
-                self.stats.counters["dead_letter_retrying"] += 1
-            with anyio.move_on_after(5):
-                await self._safely(msg.in_progress, "in_progress")
-
-        try:
-            async for attempt in retrying("dead_letter", until=FOREVER, wait_initial=0.2, wait_max=self._backoff_max_s,
-                                          on_retry=keep, kind=kind, stream_seq=_seq(msg)):
-                with attempt:
-                    return await self.bus.dead_letter(self.stage, msg, reason, error_type, kind, bare=bare)
-        finally:
-            if failing:
-                self.stats.counters["dead_letter_retrying"] -= 1
-        raise AssertionError("unreachable: retrying FOREVER either returns or raises")
-
-
-def _seq(msg: Msg) -> int | None:
-    try:
-        return msg.metadata.sequence.stream
-    except Exception:  # not a JetStream message
-        return None
+        await dead_letter_and_term(self.bus, self.stage, msg, kind, reason, error_type, self.stats.counters,
+                                   backoff_max_s=self._backoff_max_s)
 
 
 __all__ = [
