@@ -506,7 +506,7 @@ class Consumer(Generic[T]):
     def _fault_outcome(self, delivery: Delivery, e: Exception) -> Outcome:
         while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
             e = e.exceptions[0]  # a task group's wrapper says nothing; name the cause
-        reason = f"{type(e).__name__}: {e}"
+        reason = error_text(e)
         if delivery.num_delivered >= self.poison_after:
             log.error("fault_final", error=reason, deliveries=delivery.num_delivered, exc_info=e)
             return Term(
@@ -540,7 +540,24 @@ class Consumer(Generic[T]):
                                    backoff_max_s=self._backoff_max_s)
 
 
+def error_text(e: BaseException) -> str:
+    """``Type: message`` of what really failed: a task group's ``ExceptionGroup`` ("unhandled
+    errors in a TaskGroup (4 sub-exceptions)") is replaced by its distinct causes, with counts."""
+    if not isinstance(e, BaseExceptionGroup):
+        return f"{type(e).__name__}: {e}"
+    causes: dict[str, int] = {}
+    stack: list[BaseException] = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, BaseExceptionGroup):
+            stack.extend(x.exceptions)
+        else:
+            text = f"{type(x).__name__}: {x}"[:500]
+            causes[text] = causes.get(text, 0) + 1
+    return "; ".join(f"{t}" + (f" (x{n})" if n > 1 else "") for t, n in causes.items())
+
+
 __all__ = [
     "DEAD_KINDS", "Ack", "ActorFatalError", "Consumer", "ConsumerStats", "ConsumerUnavailableError", "Delivery",
-    "Forward", "Hold", "Nak", "Outcome", "Term",
+    "Forward", "Hold", "Nak", "Outcome", "Term", "error_text",
 ]

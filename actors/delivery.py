@@ -66,7 +66,7 @@ class ActorFatalError(RuntimeError):
 class Delivery:
     """What a handler knows about the message it holds."""
 
-    __slots__ = ("headers", "msg", "num_delivered", "received_at", "stream_seq", "trace_context")
+    __slots__ = ("headers", "msg", "num_delivered", "received_at", "stored_at", "stream_seq", "trace_context")
 
     def __init__(self, msg: Msg) -> None:
         self.msg = msg
@@ -75,6 +75,8 @@ class Delivery:
         self.stream_seq: int = meta.sequence.stream
         self.headers: dict[str, str] = dict(msg.headers or {})
         self.received_at = time.time()
+        # When the server stored it (unix seconds, the server's clock): the stream's own time.
+        self.stored_at: float | None = meta.timestamp.timestamp() if meta.timestamp else None
         # The producer's span context: a handler starts its span with
         # ``context=delivery.trace_context`` to continue the trajectory's trace.
         self.trace_context = extract_context(self.headers)

@@ -9,6 +9,7 @@ with ``RLVR_UP_PID`` set so it follows its parent if the parent dies
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -39,6 +40,11 @@ class Child:
                 os.kill(self.proc.pid, signum)
             except ProcessLookupError:
                 pass
+
+    def failure(self) -> str:
+        """What the child said when it failed, from the end of its log: the ``error`` of its
+        last ``actor_failed`` line, else the last line of a Python traceback; "" when neither."""
+        return last_error(self.log_path)
 
     def kill_group(self) -> None:
         try:
@@ -72,3 +78,29 @@ def spawn_role(role: str, replica: str, config_file: Path, log_dir: Path, *, thr
     )
     log.close()
     return Child(role, replica, proc, log_path)
+
+
+def last_error(log_path: Path, tail_bytes: int = 65_536) -> str:
+    """The reason a role gave for failing, read from the end of its log (see ``Child.failure``)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if '"actor_failed"' in line or '"cannot_connect"' in line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("error"):
+                return str(record["error"])
+    traceback_at = max((i for i, line in enumerate(lines) if line.startswith("Traceback")), default=None)
+    if traceback_at is not None:
+        tail = [line for line in lines[traceback_at:] if line.strip() and not line.startswith((" ", "\t"))]
+        if len(tail) > 1:
+            return tail[-1]
+    return ""
+

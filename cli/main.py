@@ -21,6 +21,7 @@ command lives in ``rlvr.cli.commands.<name>`` with a ``DESCRIPTION``, an
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -52,6 +53,12 @@ def _role_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     _drop_working_directory_from_path()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        near = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        print(f"rlvr-actor: unknown command {argv[0]!r}{hint}; the commands: {', '.join(COMMANDS)}; "
+              "or run one actor with --role rollout|verify|learn", file=sys.stderr)
+        return 2
     if argv and argv[0] in COMMANDS:
         name = argv.pop(0)
         command = importlib.import_module(f"rlvr.cli.commands.{COMMANDS[name]}")
@@ -69,7 +76,11 @@ def _drop_working_directory_from_path() -> None:
     # .py file lying there would shadow any module a role imports later (a
     # verifier plug-in, a library). The launcher starts roles with -P; this
     # covers every other way in.
-    if sys.path and sys.path[0] in ("", os.getcwd()):
+    # A working directory the user put on PYTHONPATH (`PYTHONPATH=.`, with or without -P)
+    # is theirs to keep: that is how a reward module beside the config is found.
+    cwd = os.getcwd()
+    asked = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    if sys.path and sys.path[0] in ("", cwd) and cwd not in asked:
         del sys.path[0]
 
 

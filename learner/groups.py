@@ -24,7 +24,12 @@ the sum of the drop counters:
 - ``malformed``: no tokens, or not one behaviour log-prob per token.
 - ``zero_variance``: DAPO dynamic sampling; all rewards in the group equal (and, with
   process rewards, all step rewards too).
-- ``partial``: the group did not complete within ``group_timeout_s``.
+- ``partial``: the group did not complete within ``group_timeout_s`` of stream
+  time (``StreamClock``): the time its first member was stored on SCORED,
+  not when this process first saw it, so a learner that restarts more often
+  than the timeout still expires a group that can never complete (one cut by a
+  retention gap), and a learner replaying an hour of SCORED does not expire
+  a group whose members were stored seconds apart.
 
 This module is pure: no NATS, no torch.
 """
@@ -51,7 +56,7 @@ class Group(msgspec.Struct):
     group_id: str
     size: int
     members: list[tuple[int, Scored]]  # (stream sequence, scored sample)
-    first_seen: float
+    first_seen: float  # stream time (StreamClock) of its first member's storage
 
     @property
     def purpose(self) -> str:
@@ -63,15 +68,50 @@ class FilterResult(msgspec.Struct):
     dropped: list[tuple[int, Scored, str]]  # (seq, sample, reason)
 
 
+class StreamClock:
+    """The time of the stream as this learner has read it: the storage time of
+    the newest SCORED message delivered, running on with this process's
+    monotonic clock between deliveries (so it also moves while nothing comes).
+
+    Group timeouts are measured on it. After a restart a replayed group's age is
+    its age on the stream, and a replay that reads an hour of messages in a
+    minute moves the clock by the hour, in step with the messages it delivers:
+    a group whose members were stored close together is completed, not expired.
+    The server's timestamps and this process's clock are never compared, so
+    clock skew between machines does not matter."""
+
+    def __init__(self, mono=time.monotonic) -> None:
+        self._mono = mono
+        self._at: float | None = None  # stream time at ``_since``
+        self._since = 0.0
+
+    def now(self) -> float:
+        t = self._mono()
+        if self._at is None:
+            return t  # nothing delivered yet: groups fall back to this process's clock
+        return self._at + (t - self._since)
+
+    def saw(self, stored_at: float | None) -> float:
+        """A message stored at ``stored_at`` (unix seconds, the server's) was delivered; the clock's time."""
+        if stored_at is None:
+            return self.now()
+        t = self._mono()
+        self._at = stored_at if self._at is None else max(self._at + (t - self._since), stored_at)
+        self._since = t
+        return self._at
+
+
 class GroupAssembler:
-    def __init__(self, group_timeout_s: float) -> None:
+    def __init__(self, group_timeout_s: float, clock: StreamClock | None = None) -> None:
         self.group_timeout_s = group_timeout_s
+        self.clock = clock or StreamClock()
         self.open: dict[str, Group] = {}
         self.seen: set[str] = set()
         self.duplicates = 0
 
     def add(self, seq: int, scored: Scored, now: float | None = None) -> Group | None:
-        """Add one sample; return its group when this sample completes it."""
+        """Add one sample (``now``: its stream time; default the clock's); return its group
+        when this sample completes it."""
         sid = scored.sample_id
         if sid in self.seen:
             self.duplicates += 1
@@ -80,7 +120,8 @@ class GroupAssembler:
         s = scored.sample
         group = self.open.get(s.group_id)
         if group is None:
-            group = self.open[s.group_id] = Group(s.group_id, s.group_size, [], now or time.monotonic())
+            group = self.open[s.group_id] = Group(
+                s.group_id, s.group_size, [], self.clock.now() if now is None else now)
         group.members.append((seq, scored))
         if len(group.members) >= group.size:
             del self.open[s.group_id]
@@ -92,8 +133,8 @@ class GroupAssembler:
         return None
 
     def expire(self, now: float | None = None) -> list[Group]:
-        """Groups open longer than the timeout, removed and returned (drop them as partial)."""
-        now = time.monotonic() if now is None else now
+        """Groups open longer than the timeout in stream time, removed and returned (drop them as partial)."""
+        now = self.clock.now() if now is None else now
         expired = [g for g in self.open.values() if now - g.first_seen > self.group_timeout_s]
         for g in expired:
             del self.open[g.group_id]

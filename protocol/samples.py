@@ -6,6 +6,7 @@ tokens costs two msgpack arrays, not a map per token.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
@@ -131,7 +132,7 @@ class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
 
     @property
     def sample_id(self) -> str:
-        """Stable id, also the ``Nats-Msg-Id`` of the sample and its Scored."""
+        """Stable id, also the ``Nats-Msg-Id`` of the sample (its Scored's is ``scored_msg_id``)."""
         return f"{self.task_id}/{self.sample_index}"
 
 
@@ -164,6 +165,19 @@ def sample_meaning(sample: Sample) -> bytes:
             measures={},  # measured on the generated completion
         )
     )
+
+
+def scored_msg_id(sample: Sample) -> str:
+    """The ``Nats-Msg-Id`` of a sample's Scored: its id and a digest of its meaning.
+
+    Copies of one slot (a sample verified again, a group generated again) share it,
+    so SCORED stores the first and drops the others inside the duplicate window. A
+    sample published under the same id with other content (another prompt, gold or
+    verifier) gets another, so both reach the learner, which refuses the second as a
+    ``conflict`` with its reason, whichever verifier replica scored each (one replica
+    alone cannot see a copy another replica took)."""
+    digest = hashlib.blake2b(sample_meaning(sample), digest_size=8).hexdigest()
+    return f"{sample.sample_id}#{digest}"
 
 
 class StepScore(Struct, frozen=True, array_like=True):
@@ -217,4 +231,5 @@ __all__ = [
     "Timings",
     "Verdict",
     "sample_meaning",
+    "scored_msg_id",
 ]

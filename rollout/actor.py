@@ -69,6 +69,8 @@ class RolloutActor:
         use_sandbox(self.cfg.sandbox)
         await self.engine.start()
         log.info("engine_ready", engine=self.cfg.engine.__struct_config__.tag)
+        if self.cfg.environments:
+            self._check_chat_template()
         try:
             watcher = WeightsWatcher(ctx.bus, self, self.cfg)
             self.consumer = Consumer(
@@ -93,6 +95,20 @@ class RolloutActor:
         finally:
             with anyio.CancelScope(shield=True):
                 await self.engine.close()
+
+    def _check_chat_template(self) -> None:
+        """Episodes render every turn with the model's chat template: a model without one is a
+        start-up error that names it, not a replica whose every task fails (issue 33)."""
+        from rlvr.rollout.transcript import TemplateMissingError
+
+        try:
+            self.engine.chat_codec()
+        except TemplateMissingError as e:
+            model = getattr(self.cfg.engine, "model", "") or self.cfg.engine.__struct_config__.tag
+            raise TemplateMissingError(
+                f"rollout.environments lists {', '.join(self.cfg.environments)}, and episodes are rendered with the "
+                f"model's chat template, but the model {model!r} (rollout.engine.model) has none ({e}); give its "
+                "tokenizer a chat_template (tokenizer_config.json), or use a chat model") from None
 
     async def handle(self, task: Task, delivery: Delivery) -> Nak | None:
         picked_up = time.time()

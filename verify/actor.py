@@ -3,9 +3,12 @@
 It pulls from the shared ``verify`` consumer (every replica binds the same
 durable, so replicas split the work and a message goes to one at a time),
 scores each sample in the killable worker pool, publishes ``Scored`` with
-``Nats-Msg-Id = task_id/index`` and only then acks. A replica killed while
-holding a message lets it be redelivered after ``ack_wait``; the republished
-Scored has the same id, so it is stored once.
+``Nats-Msg-Id = task_id/index#<meaning digest>`` (``scored_msg_id``) and only
+then acks. A replica killed while holding a message lets it be redelivered
+after ``ack_wait``; the republished Scored has the same id, so it is stored
+once. A sample published again under its id with other content gets another
+id, so the learner sees both and refuses the second as a conflict, whichever
+replica scored each.
 
 Outcomes are data: a timeout is ``outcome="timeout"`` in the Scored message
 (counted apart from wrong answers), never a missing reward. A spec naming an
@@ -28,7 +31,7 @@ from rlvr.actors.meters import RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import hop_span
 from rlvr.protocol import Sample, Scored, Verdict, decode
-from rlvr.protocol.samples import ENV_FAILURES, sample_meaning
+from rlvr.protocol.samples import ENV_FAILURES, sample_meaning, scored_msg_id
 from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import INLINE_VERIFIERS, VerifierPool
@@ -93,7 +96,7 @@ class VerifyActor:
             scored = self._scored(sample, verdict, span)
             if isinstance(scored, Term):
                 return scored
-            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=sample.sample_id)
+            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=scored_msg_id(sample))
         self._count(verdict)
         return None
 
@@ -114,7 +117,7 @@ class VerifyActor:
             scored = self._scored(sample, verdict, span)
             if isinstance(scored, Term):
                 return scored
-            headers = self.ctx.bus.headers_for(sample.sample_id)  # inside the span: the output continues it
+            headers = self.ctx.bus.headers_for(scored_msg_id(sample))  # inside the span: the output continues it
         self._count(verdict)
         return Forward(self.ctx.names.scored, scored, headers)
 

@@ -3,7 +3,8 @@
 Run a verifier over labelled cases before training on it, through the same
 ``VerifierPool`` (worker processes, hard timeout) the verifier actor uses.
 
-Input, one JSON object per line: ``id``, ``response`` (a full model response
+Input: JSON lines, or records from Parquet, JSON or a Hugging Face dataset
+(the command reads those as the learner reads a dataset), each with ``id``, ``response`` (a full model response
 or a bare answer), ``gold`` (``tests`` for code), an optional ``label`` (true
 when the response is correct) and optional ``params`` (merged over the
 command's ``--params``); for reward functions that read more, optional
@@ -96,6 +97,10 @@ class AuditSummary(Struct, frozen=True):
     false_positives: list[str]
     spec_errors: list[str]
     routes: dict[str, int] = {}  # how answers were found, where the verifier says
+    # Cases the verifier could not judge (error, timeout, sandbox_error, spec_error), and the
+    # misjudged ones, each with its outcome and the verifier's reason (the first 50 of each).
+    failed: list[dict[str, str]] = []
+    misjudged: list[dict[str, str]] = []
 
 
 class AuditInputInvalidError(ValueError):
@@ -103,15 +108,32 @@ class AuditInputInvalidError(ValueError):
 
 
 def read_cases(path: Path) -> list[AuditCase]:
+    """The cases of a JSON-lines file (``cases_from_records`` takes records read any other way)."""
     cases = []
     decoder = msgspec.json.Decoder(AuditCase)
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise AuditInputInvalidError(f"{path} is not UTF-8 text: a Parquet or Arrow file is read by "
+                                     "`rlvr-actor audit` (its --input), not by read_cases") from None
+    for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             cases.append(decoder.decode(line))
         except msgspec.DecodeError as e:
             raise AuditInputInvalidError(f"{path}:{lineno}: {e}") from None
+    return cases
+
+
+def cases_from_records(records: list[dict[str, Any]], source: str) -> list[AuditCase]:
+    """Audit cases from records read from a Parquet, JSON or Hugging Face dataset (``source`` names it)."""
+    cases = []
+    for i, r in enumerate(records):
+        try:
+            cases.append(msgspec.convert(r, AuditCase))
+        except msgspec.ValidationError as e:
+            raise AuditInputInvalidError(f"{source} record {i}: {e}") from None
     return cases
 
 
@@ -199,24 +221,35 @@ def summarise(verifier: str, cases: list[AuditCase], rows: list[AuditRow], elaps
         false_positives=fp,
         spec_errors=[r.id for r in rows if r.outcome == SPEC_ERROR],
         routes=dict(sorted(routes.items())),
+        failed=[_why(r) for r in rows if r.outcome in FAILED][:50],
+        misjudged=[_why(r) for r in rows if r.id in set(fn) | set(fp)][:50],
     )
+
+
+# Outcomes that are no judgement at all: training drops them (verify_failed), audit fails on them.
+FAILED = ("error", "timeout", "sandbox_error", SPEC_ERROR)
+
+
+def _why(row: AuditRow) -> dict[str, str]:
+    return {"id": row.id, "outcome": row.outcome, "detail": row.detail[:300]}
 
 
 def run_audit(
     verifier: str,
-    input_path: Path,
+    input_path: Path | list[AuditCase],
     output_path: Path,
     *,
     pool_size: int = 2,
     timeout_s: float = 30.0,
     params: dict[str, Any] | None = None,
 ) -> AuditSummary:
-    """Verify every case of ``input_path``, write ``output_path``, return the summary.
+    """Verify every case of ``input_path`` (a JSON-lines file, or the cases), write ``output_path``,
+    return the summary.
 
     A ``"package.module:ATTR"`` verifier (or composite part) is the operator's
     own choice on the command line: it is loaded as a plug-in here, and in the
     pool's workers, as ``[verify] plugins`` would load it in a run."""
-    cases = read_cases(Path(input_path))
+    cases = input_path if isinstance(input_path, list) else read_cases(Path(input_path))
     load_plugins(import_paths(VerifierSpec(verifier, params or {})))  # VerifierPluginError names a bad one
     get(verifier)  # an unknown verifier fails here, not once per case
     pool_args = {"size": pool_size, "timeout_s": timeout_s}
@@ -258,6 +291,12 @@ def format_summary(s: AuditSummary) -> str:
         lines.append("no labels: agreement, FN and FP rates not computed")
     if s.spec_errors:
         lines.append(f"invalid specs: {_ids(s.spec_errors)}")
+    for title, rows in (("not judged (the verifier failed)", s.failed), ("misjudged", s.misjudged)):
+        if rows:
+            lines.append(f"{title}:")
+            lines += [f"  {r['id']}: {r['outcome']}" + (f": {r['detail']}" if r["detail"] else "") for r in rows[:20]]
+            if len(rows) > 20:
+                lines.append(f"  ... {len(rows) - 20} more in the output file")
     return "\n".join(lines)
 
 
@@ -266,6 +305,8 @@ __all__ = [
     "AuditInputInvalidError",
     "AuditRow",
     "AuditSummary",
+    "FAILED",
+    "cases_from_records",
     "format_summary",
     "read_cases",
     "route_of",

@@ -27,7 +27,8 @@ from typing import NamedTuple
 import msgspec
 
 from bench.chaos.scenario import INJECTED_K
-from rlvr.protocol import WeightFile, WeightsAnnouncement, encode
+from rlvr.protocol import Sample, WeightFile, WeightsAnnouncement, encode
+from rlvr.protocol.samples import scored_msg_id
 from tests.actors.test_poison import Poison, sample_poisons, scored_poisons, task_poisons
 from tests.factories import make_task
 
@@ -77,6 +78,15 @@ def weights_poisons(run: str, max_payload: int) -> list[Poison]:
     return [Poison(name, data, "", "", msg_id=name != "max_payload_minus_1") for name, data in cases]
 
 
+def _conflict_ids(subject: str, case: Poison) -> list[str]:
+    """Where a sample's two copies land on two verifier replicas, neither replica sees the
+    other's, so both are scored; each Scored goes out under ``scored_msg_id`` and the learner
+    refuses whichever SCORED stored second as a ``conflict``. Its dead letter carries that id."""
+    if subject != "rollouts" or case.first is None:
+        return []
+    return [scored_msg_id(msgspec.msgpack.decode(raw, type=Sample)) for raw in (case.first, case.data)]
+
+
 def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
     """Publish ``cases`` on ``subject`` of a running scenario; require a dead letter with the
     expected kind and reason for each (weights: none) and the consumers still running."""
@@ -100,6 +110,9 @@ def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
         if mid:
             wanted[mid] = case
             sc.dead_expected[mid] = case.name
+            for alt in _conflict_ids(subject, case):
+                wanted[alt] = case
+                sc.dead_expected[alt] = case.name
         else:
             by_size[len(case.data)] = case
             sc.dead_sizes.add(len(case.data))

@@ -258,12 +258,14 @@ def _supervise(children: list[Child], stop: StopRequest, display, scaler: Autosc
         rc = learner.proc.poll()
         if rc is not None:
             if rc != 0:
-                display.error(f"learner exited with {rc}; see {learner.log_path}")
+                display.error(f"learner exited with {rc}: {learner.failure() or 'no reason logged'}\n"
+                              f"  (the whole log: {learner.log_path})")
             return rc
         for c in children:
             rc = c.proc.poll()
             if rc is not None and c is not learner:
-                display.error(f"{c.replica} exited with {rc} while the run was going; see {c.log_path}")
+                display.error(f"{c.replica} exited with {rc} while the run was going: "
+                              f"{c.failure() or 'no reason logged'}\n  (the whole log: {c.log_path})")
                 return rc or 1
         if scaler is not None and scaler.fatal:
             display.error(f"autoscaler: {scaler.fatal}")

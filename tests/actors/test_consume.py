@@ -358,3 +358,17 @@ def test_a_regenerated_sample_is_a_duplicate_not_a_conflict(nats_server):
     assert served == ["5"]
     assert counters["duplicates"] == 1 and counters["dead_letter.conflict"] == 1
     assert dead == ["conflict"]
+
+
+def test_a_task_group_s_failure_is_named_by_its_causes_not_its_wrapper():
+    """A dead letter read "ExceptionGroup: unhandled errors in a TaskGroup (4 sub-exceptions)" (issue 33)."""
+    from rlvr.actors.consume import error_text
+
+    group = ExceptionGroup("unhandled errors in a TaskGroup", [
+        ValueError("model has no chat template"), ValueError("model has no chat template"),
+        ExceptionGroup("inner", [KeyError("tools")]), RuntimeError("engine died")])
+    text = error_text(group)
+    assert "ValueError: model has no chat template (x2)" in text
+    assert "KeyError: 'tools'" in text and "RuntimeError: engine died" in text
+    assert "TaskGroup" not in text
+    assert error_text(OSError("disk")) == "OSError: disk"

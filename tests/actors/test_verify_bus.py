@@ -194,3 +194,37 @@ def test_a_listed_plugin_is_loaded_at_start_and_scores(actors, nats_server, tmp_
     bus.publish(bus.names.rollouts, make_sample(RUN, k=1, text="5", verifier=VerifierSpec(GATE, {"path": str(gate), "gold": "5"})))
     scored = wait_for(lambda: bus.decoded("SCORED", Scored), what="the plug-in's verdict")
     assert scored[0].verdict.reward == 1.0 and scored[0].verdict.verifier == GATE
+
+
+def test_a_sample_id_with_other_content_on_another_replica_reaches_the_learner_as_a_conflict(
+        actors, nats_server, tmp_path):
+    """A replica remembers only the copies it took. The same sample id published again with
+    another gold, taken by a second replica, is scored too; its Scored goes out under another
+    ``Nats-Msg-Id`` (``scored_msg_id``), so SCORED keeps both and the learner refuses the one
+    stored second as a ``conflict`` instead of the server dropping it without a word."""
+    bus = BusClient(nats_server.url, RUN)
+    cfg = write_config(tmp_path / "run.json", {
+        "run": RUN, "bus": {"ack_wait_s": 3.0, "heartbeat_every_s": 0.5, "drain_timeout_s": 4.0},
+        "verify": {"pool_size": 1, "warm_verifiers": [], "concurrency": 4},
+        "learn": {"group_size": 2, "groups_per_step": 1, "steps": 1000, "out_dir": str(tmp_path / "o"),
+                  "lease_ttl_s": 2.0},
+    })
+    first, other = make_sample(RUN, k=7, gold="5"), make_sample(RUN, k=7, gold="6")
+    assert first.sample_id == other.sample_id
+    a = _start(actors, cfg, "verify-a")
+    _running(bus, "verify-a")
+    bus.publish(bus.names.rollouts, first, msg_id="copy-1")
+    wait_for(lambda: bus.stream_count("SCORED") == 1, what="the first copy scored")
+    actors.kill("verify-a", signal.SIGTERM)
+    assert a.wait(timeout=60) == 0
+    _start(actors, cfg, "verify-b")
+    _running(bus, "verify-b")
+    bus.publish(bus.names.rollouts, other, msg_id="copy-2")
+    stored = wait_for(lambda: (m := bus.stream_messages("SCORED")) and len(m) == 2 and m, what="both copies stored")
+    assert len({h["Nats-Msg-Id"] for _, _, h in stored}) == 2
+
+    actors.start("learn", cfg, "learn-0")
+    dead = wait_for(lambda: [d for d in bus.decoded("DEAD", DeadLetter) if d.stage == "learn"], what="a conflict")
+    assert len(dead) == 1 and dead[0].error_type == "ConflictingDuplicate"
+    assert "already received with other content" in dead[0].reason
+    assert dead[0].headers["Nats-Msg-Id"] == stored[1][2]["Nats-Msg-Id"]  # the copy stored second

@@ -193,3 +193,18 @@ def test_roles_stop_when_up_is_killed_without_a_chance_to_clean_up(tmp_path):
     for replica in ("learn-0", "rollout-0", "verify-0", "verify-1"):
         log = (run_dir / "logs" / f"{replica}.log").read_text()
         assert "stop_requested" in log and "SIGTERM" in log and "actor_stop" in log, replica
+
+
+def test_a_role_that_fails_at_start_up_shows_its_own_reason_and_up_exits_non_zero(tmp_path):
+    """`up` printed only "verify-0 exited with 1 ...; see logs/verify-0.log" and the clear message
+    sat inside a JSON log line (issue 33): the terminal now shows the role's own error."""
+    raw = msgspec.toml.decode(SKELETON.read_bytes())
+    raw.setdefault("verify", {})["plugins"] = ["no_such_reward_module_xyz:score"]
+    cfg = write_config(tmp_path / "bad.json", raw)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "up", "--config", str(cfg), "--run-dir", str(tmp_path / "run"),
+         "--display", "plain"],
+        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text[-3000:]
+    assert "exited with 1" in text and "cannot import 'no_such_reward_module_xyz'" in text, text[-3000:]

@@ -140,3 +140,50 @@ def test_a_closed_group_forgets_its_ids_so_the_assembler_stays_bounded():
     asm.add(3, make_scored(k=1, i=0, n=2))
     assert asm.seen == {"t-t1/0"}
     assert asm.expire(now=1e12) and not asm.seen
+
+
+class _Mono:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_group_replayed_after_a_restart_keeps_its_age_on_the_stream():
+    """A restarted learner replays a partial group stored long ago: its age is the stream's,
+    so it expires once the stream has moved past the timeout, not a full timeout later."""
+    from rlvr.learner.groups import StreamClock
+
+    mono = _Mono()
+    asm = GroupAssembler(group_timeout_s=12, clock=StreamClock(mono))
+    asm.clock.saw(5_000.0)  # a survivor of a group cut in two, stored at 5000
+    asm.add(7, make_scored(i=2, n=4))
+    asm.clock.saw(5_020.0)  # the next message read was stored 20 s later
+    assert [g.group_id for g in asm.expire()] == [make_scored(i=2, n=4).sample.group_id]
+
+
+def test_a_fast_replay_completes_groups_stored_close_together():
+    """Replaying an hour-old stream in a second moves the clock with the messages: a group
+    whose members were stored 5 s apart completes, whatever the wall clock says."""
+    from rlvr.learner.groups import StreamClock
+
+    mono = _Mono()
+    asm = GroupAssembler(group_timeout_s=12, clock=StreamClock(mono))
+    for i, stored in enumerate((1_000.0, 1_002.0, 1_004.0, 1_005.0)):
+        asm.clock.saw(stored)
+        mono.t += 0.01
+        assert asm.expire() == []
+        group = asm.add(i + 1, make_scored(i=i, n=4))
+    assert group is not None and len(group.members) == 4
+
+
+def test_the_stream_clock_runs_on_while_nothing_is_delivered():
+    from rlvr.learner.groups import StreamClock
+
+    mono = _Mono()
+    clock = StreamClock(mono)
+    clock.saw(500.0)
+    mono.t += 30.0
+    assert clock.now() == 530.0
+    assert clock.saw(510.0) == 530.0  # an older message never turns the clock back

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import anyio
 import nats
@@ -117,3 +118,31 @@ def test_a_retention_gap_stops_the_learner_with_the_count_unless_allowed(actors,
     trained = {sid for e in entries for sid in e.trained}
     assert trained == {sid for sid in published if sid.startswith(f"{run}-g2/")}  # the group SCORED still had
     assert json.loads((tmp_path / "o" / "learner_summary.json").read_text())["drops"]["retention_gap"] == 8
+
+
+def test_a_group_cut_by_a_retention_gap_is_dropped_as_partial_by_the_learner_that_resumes(
+        actors, nats_server, tmp_path):
+    """The quick chaos run's loss (seed 0, 2026-12-02): a purge cut one group in two, the
+    learner that resumed held the survivors, and a group's timeout counted from when this
+    process first saw them, so every restart re-armed it and the last learner ended with the
+    survivors held, never settled. The timeout now runs on stream time (``StreamClock``)."""
+    run = "cut"
+    cfg = _dry_config(tmp_path, run, steps=1, out="o", allow_retention_gap=True, group_timeout_s=2.0)
+    actors.init(cfg)
+    bus = BusClient(nats_server.url, run)
+    samples = scored_groups(run, 3, vocab=50)
+    for sc in samples[:8]:  # groups 0 and 1: sequences 1-8
+        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+    _purge_oldest(nats_server.url, bus.names.stream("SCORED"), keep=2)  # group 1 keeps its last two members
+    time.sleep(3.0)  # not a wait for anything: the input is group 2 stored 3 s (> group_timeout_s) after them
+    for sc in samples[8:]:
+        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+
+    learner = actors.start("learn", cfg, "learn-0")
+    assert learner.wait(timeout=120) == 0, actors.log_text("learn-0")[-3000:]
+    entries = CheckpointStore(tmp_path / "o" / "checkpoints").ledger_entries()
+    dropped = {sid: why for e in entries for sid, why in e.dropped.items()}
+    assert dropped == {f"{run}-g1/2": "partial", f"{run}-g1/3": "partial"}
+    assert {sid for e in entries for sid in e.trained} == {sc.sample_id for sc in samples[8:]}
+    info = bus.consumer("SCORED", "learn")
+    assert info.num_ack_pending == 0 and info.num_pending == 0

@@ -59,15 +59,36 @@ def test_cli_entry_thresholds_and_spec_errors(tmp_path, capsys):
     )
     out = tmp_path / "v.jsonl"
     args = ["--verifier", "exact", "--input", str(cases), "--output", str(out), "--params", '{"after": "####"}']
-    assert _cli(args) == 0
-    text = capsys.readouterr().out
+    assert _cli(args) == 1  # a case the verifier could not judge fails the audit, with its reason
+    captured = capsys.readouterr()
+    text = captured.out
     assert "false-negative rate 50.00% (1 of 2): 2" in text
     assert "invalid specs: 3" in text
+    assert "not judged (the verifier failed):\n  3: spec_error: " in text and "gold" in text
+    assert "misjudged:\n  2: wrong" in text
+    assert "1 of 3 cases were not judged" in captured.err
     assert json.loads(out.read_text().splitlines()[2])["outcome"] == "spec_error"
 
     assert _cli([*args, "--max-fn-rate", "0.1"]) == 1
-    assert _cli([*args, "--json"]) == 0
+    assert _cli([*args, "--json"]) == 1
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["false_negatives"] == ["2"]
+
+
+def test_cli_reads_parquet_and_a_saved_hf_dataset_as_the_learner_does(tmp_path, capsys):
+    """`audit --input x.parquet` failed with a UTF-8 decode error (issue 33)."""
+    import datasets
+
+    rows = [{"id": "a", "response": "#### 72", "gold": "72", "label": True},
+            {"id": "b", "response": "#### 7", "gold": "72", "label": False}]
+    data = datasets.Dataset.from_list(rows)
+    data.to_parquet(str(tmp_path / "cases.parquet"))
+    data.save_to_disk(str(tmp_path / "saved"))
+    for source in ("cases.parquet", "saved"):
+        args = ["--verifier", "exact", "--input", str(tmp_path / source), "--output", str(tmp_path / "v.jsonl"),
+                "--params", '{"after": "####"}', "--json"]
+        assert _cli(args) == 0, capsys.readouterr().err
+        summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert summary["cases"] == 2 and summary["agreement"] == 1.0
 
 
 def test_cli_unknown_verifier_exits_2(tmp_path, capsys):

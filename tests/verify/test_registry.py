@@ -91,7 +91,7 @@ def test_a_plugin_listed_in_config_resolves_by_its_import_path():
 
 
 def test_a_plugin_must_import_and_name_a_verifier_object():
-    with pytest.raises(VerifierPluginError, match=r"plug-in 'os:system' is neither a Verifier object nor a reward function"):
+    with pytest.raises(VerifierPluginError, match=r"plug-in 'os:system' takes \(command\): a reward function is bound by its parameter names"):
         load_plugins(["os:system"])
     with pytest.raises(VerifierPluginError, match=r"plug-in 'no_such_module_xyz:V': cannot import 'no_such_module_xyz'"):
         load_plugins(["no_such_module_xyz:V"])
