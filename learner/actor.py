@@ -83,6 +83,8 @@ class LearnActor:
         # Every sample's fate, from its arrival to the checkpoint that records it.
         self.custody = Custody()
         self.assembler = GroupAssembler(cfg.group_timeout_s)
+        self._expired_at = 0.0  # stream time of the last expiry pass
+        self._step_lock = anyio.Lock()  # one optimizer step, or one checkpoint taken while idle, at a time
         # Says early when the reward carries no signal (learner/alarms.py).
         self.watch = SignalWatch(cfg.alarms)
         self.step_watch = StepWatch(cfg.alarms.steps)
@@ -146,7 +148,8 @@ class LearnActor:
         )
         # Off the event loop: it imports TensorBoard (and torch), seconds during which
         # the loop could not renew the lease or answer the bus.
-        metrics = await anyio.to_thread.run_sync(MetricsWriter, self.out)
+        metrics = await anyio.to_thread.run_sync(functools.partial(
+            MetricsWriter, self.out, cfg.trackers, run_name=ctx.names.run, resolved_config=self.resolved_config))
         self._io = _LearnerIO(
             ctx=ctx, store=store, lease=lease, feeder=feeder, consumer=consumer, metrics=metrics,
             history=PromptHistory(self.out), evaluator=Evaluator(ctx.bus, splits.heldout, cfg.eval, cfg.sampling), rollouts=RolloutVersions(ctx.bus),
@@ -227,6 +230,7 @@ class LearnActor:
             io.feeder.paused = True
             if io.evaluator.enabled:
                 await self._evaluate("after")
+            await self._expire_groups()  # a group past its time is settled by this run, not left held
             await self._checkpoint(final=True)
             self._write_summary()
             log.info("learner_done", steps=self.state.step, samples_trained=self.state.samples_trained)
@@ -257,10 +261,13 @@ class LearnActor:
         return batch
 
     async def _one_step(self) -> None:
-        cfg = self.cfg
         t_wait = time.monotonic()
         batch = await self._next_batch()
-        wait_s = time.monotonic() - t_wait
+        async with self._step_lock:  # a checkpoint taken while idle (_expire_partial_groups) waits for it
+            await self._train_batch(batch, time.monotonic() - t_wait)
+
+    async def _train_batch(self, batch: list[Group], wait_s: float) -> None:
+        cfg = self.cfg
         scored = [[sc for _, sc in g.members] for g in batch]
         ids = [sc.sample_id for g in scored for sc in g]
         links = [Link(c) for g in scored for c in span_links(self.custody, g)]
@@ -287,6 +294,7 @@ class LearnActor:
             for k, v in flat.items():
                 span.set_attribute(f"rlvr.{k}", v)
         self.io.metrics.write(flat)
+        self.io.metrics.samples(self.state.step, scored)  # the trackers' sample tables
         for alarm in self.step_watch.step(flat):
             self._raise(alarm)
         self.last_record = record
@@ -321,6 +329,8 @@ class LearnActor:
             except MessageInvalidError as e:
                 self.custody.drop(sid, "invalid")  # recorded in the next checkpoint; the Term settles the message
                 return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
+        if self.assembler.clock.saw(delivery.stored_at) - self._expired_at >= 1.0:
+            await self._expire_groups()  # before this sample joins: its own message stays held
         group = self.assembler.add(seq, scored)
         if group is not None:
             if group.purpose == "eval":
@@ -414,12 +424,27 @@ class LearnActor:
                 await anyio.to_thread.run_sync(write_json_atomic, self.out / "learner_summary.json", summary)
 
     async def _expire_partial_groups(self) -> None:
+        every = min(30.0, self.cfg.group_timeout_s / 4)
         while True:
-            await anyio.sleep(min(30.0, self.cfg.group_timeout_s / 4))
-            for group in self.assembler.expire():
-                await self._release(self.custody.expire(group))
-                if group.purpose == "train":
-                    self.io.feeder.done(group.group_id)
+            await anyio.sleep(every)
+            expired = await self._expire_groups()
+            if expired and time.monotonic() - self.last_step_at >= every:
+                # No step is coming to checkpoint these drops (the feeder's slots may all be held by
+                # groups that can never complete): commit them now, so a stop does not undo them.
+                async with self._step_lock:
+                    await self._checkpoint()
+
+    async def _expire_groups(self) -> int:
+        """Drop as ``partial`` the groups open longer than ``group_timeout_s`` of stream time
+        (``StreamClock``): on a timer, as deliveries move the clock, and before the final checkpoint.
+        How many groups expired."""
+        self._expired_at = self.assembler.clock.now()
+        expired = self.assembler.expire(self._expired_at)
+        for group in expired:
+            await self._release(self.custody.expire(group))
+            if group.purpose == "train":
+                self.io.feeder.done(group.group_id)
+        return len(expired)
 
     def _write_summary(self, stopped: bool = False) -> None:
         """``learner_summary.json``: written at the end, on a stop, and while no step comes."""

@@ -113,6 +113,48 @@ class CollectiveConfig(Struct, frozen=True, forbid_unknown_fields=True):
     device: str = ""
 
 
+class WandbConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """The API key comes from the environment (WANDB_API_KEY, or `wandb login`), never from the config."""
+
+    # The W&B project the run is logged to.
+    project: str = "rlvr"
+    # The team or user that owns the project ("" = the API key's default entity).
+    entity: str = ""
+    # "online" sends to the W&B server; "offline" only writes the run under `dir`
+    # (upload it later with `wandb sync`).
+    mode: Literal["online", "offline"] = "online"
+    # Folder W&B writes its files under ("" = the run dir): <dir>/wandb/.
+    dir: str = ""
+    # Tags of the W&B run.
+    tags: tuple[str, ...] = ()
+
+
+class MlflowConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """A tracking server, a database or a local file store (MLflow 3 refuses a file store unless
+    MLFLOW_ALLOW_FILE_STORE=true; a `file:` tracking_uri here sets it)."""
+
+    # "http://host:5000", "sqlite:///mlflow.db" or "file:/path/mlruns" ("" = MLFLOW_TRACKING_URI,
+    # or MLflow's own default). Credentials come from MLflow's environment variables, never from here.
+    tracking_uri: str = ""
+    # The experiment the run goes into (made when missing).
+    experiment: str = "rlvr"
+
+
+class TrackersConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Each tracker is off until its table is set; one that fails is turned off, training goes on."""
+
+    # Weights & Biases: step metrics, eval rounds, alarms, the config and sample tables.
+    wandb: WandbConfig | None = None
+    # MLflow: the same, as metrics, tags, params and artifacts.
+    mlflow: MlflowConfig | None = None
+    # A table of samples (prompt, completion, reward, outcome) every this many steps (0 = none).
+    samples_every: Annotated[int, Meta(ge=0)] = 10
+    # Samples in each table, spread over the step's groups.
+    samples_per_table: PositiveInt = 8
+    # Characters kept of each prompt and completion in a sample table.
+    sample_chars: Annotated[int, Meta(ge=20)] = 2000
+
+
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Where training and held-out prompts come from:
     # kind = "arithmetic" | "jsonl" | "hf" | "builtin" | "reasoning_gym" (docs/datasets.md).
@@ -163,6 +205,8 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     eval: EvalConfig = EvalConfig()
     # Alarms that say early when the reward carries no signal (flat rewards, a verifier that fails).
     alarms: AlarmConfig = AlarmConfig()
+    # Experiment trackers beside metrics.jsonl: W&B and MLflow (off by default; docs/tracking.md).
+    trackers: TrackersConfig = TrackersConfig()
     # While no step comes, a progress line (groups scored and dropped, by reason) every this many seconds.
     progress_every_s: Annotated[float, Meta(gt=0)] = 15.0
     # A preparation step for `up` (the built-in example's model and warm-up).

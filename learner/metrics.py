@@ -1,5 +1,6 @@
 """Per-step metrics: one JSON object per line in ``metrics.jsonl``, mirrored to
-TensorBoard when it is installed, and attached to the step's span."""
+TensorBoard when it is installed, to the experiment trackers that are configured
+(W&B, MLflow: ``rlvr.learner.sinks``), and attached to the step's span."""
 
 from __future__ import annotations
 
@@ -8,17 +9,27 @@ import os
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.learner.step_alarms import foreign_script_share
 from rlvr.protocol import Scored
 
+if TYPE_CHECKING:
+    from rlvr.learner.config import TrackersConfig
+    from rlvr.learner.sinks import Trackers
+
 
 class MetricsWriter:
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, trackers: TrackersConfig | None = None, *, run_name: str = "",
+                 resolved_config: bytes = b"") -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
         self._f = open(self.path, "a", buffering=1)  # noqa: SIM115 (lives with the learner)
+        self._trackers: Trackers | None = None
+        if trackers is not None and (trackers.wandb is not None or trackers.mlflow is not None):
+            from rlvr.learner.sinks import Trackers  # its threads import wandb / mlflow, only when configured
+
+            self._trackers = Trackers(trackers, out_dir=out_dir, run_name=run_name, resolved_config=resolved_config)
         self._tb = None
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -28,16 +39,36 @@ class MetricsWriter:
             self._tb = None
 
     def write(self, record: dict[str, Any]) -> None:
+        self._write_notices()
+        self._write(record)
+
+    def samples(self, step: int, groups: list[list[Scored]]) -> None:
+        """A step's samples, for the trackers' sample tables (metrics.jsonl keeps none)."""
+        if self._trackers is not None:
+            self._trackers.samples(step, groups)
+
+    def close(self) -> None:
+        if self._trackers is not None:
+            self._trackers.close()
+            self._write_notices()  # a tracker that failed while finishing says so too
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()
+
+    def _write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, default=float) + "\n")
         if self._tb is not None and "step" in record:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k != "step":
                     self._tb.add_scalar(k, v, record["step"])
+        if self._trackers is not None:
+            self._trackers.record(record)
 
-    def close(self) -> None:
-        self._f.close()
-        if self._tb is not None:
-            self._tb.close()
+    def _write_notices(self) -> None:
+        """The alarm record of each tracker turned off since the last write (written
+        here, by the learner's thread: the file has one writer)."""
+        while self._trackers is not None and not self._trackers.notices.empty():
+            self._write(self._trackers.notices.get())
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
