@@ -83,3 +83,59 @@ def test_a_gold_is_read_once_per_process_for_a_group():
 def test_a_gold_with_no_answer_is_a_parse_error_naming_the_gold():
     verdict = score_math("\\boxed{1}", MathParams(gold="no answer in this gold at all"))
     assert verdict.outcome == "parse_error" and "gold" in verdict.detail
+
+
+# --- the outsider's misses (issue 33) -------------------------------------------------------------
+def _math(response: str, gold: str):
+    from rlvr.verify.math.scorer import MathParams, score_math
+
+    return score_math(response, MathParams(gold=gold))
+
+
+@pytest.mark.parametrize("response, gold, right", [
+    ("\\boxed{\\begin{pmatrix} 0.3333 \\\\ 0.5 \\end{pmatrix}}", "\\begin{pmatrix} \\frac{1}{3} \\\\ \\frac{1}{2} \\end{pmatrix}", True),
+    ("\\boxed{(0.3333, 0.5)}", "\\left(\\frac{1}{3}, \\frac{1}{2}\\right)", True),
+    ("\\boxed{[0.3333, 2]}", "\\left[\\frac{1}{3}, 2\\right]", True),
+    ("\\boxed{(0.3350, 0.5)}", "\\left(\\frac{1}{3}, \\frac{1}{2}\\right)", False),  # off in the 3rd digit
+    ("\\boxed{(0.33, 0.5)}", "\\left(\\frac{1}{3}, \\frac{1}{2}\\right)", False),  # too few digits to be a value
+    ("\\boxed{(0.3333, 2)}", "\\left[\\frac{1}{3}, 2\\right]", False),  # an open end for a closed one
+    ("\\boxed{(0.3333, 0.5, 1)}", "\\left(\\frac{1}{3}, \\frac{1}{2}\\right)", False),
+])
+def test_decimals_against_exact_values_inside_a_matrix_tuple_or_interval(response, gold, right):
+    v = _math(response, gold)
+    assert (v.outcome == "ok") is right, v.detail
+
+
+@pytest.mark.parametrize("response, gold, right", [
+    ("so $y_1 = \\boxed{2}$ and $y_2 = \\boxed{3}$", "2, 3", True),
+    ("so $y_1 = \\boxed{2}$ and $y_2 = \\boxed{3}$", "y_1 = 2, y_2 = 3", True),
+    ("so $y_1 = \\boxed{2}$ and $y_2 = \\boxed{4}$", "2, 3", False),
+    ("first \\boxed{2}. Then the answer is $x = \\boxed{3}$", "3", True),  # a full stop: a new statement
+])
+def test_an_answer_boxed_in_labelled_parts(response, gold, right):
+    v = _math(response, gold)
+    assert (v.outcome == "ok") is right, v.detail
+
+
+@pytest.mark.parametrize("response, gold, right", [
+    ("The clock shows \\boxed{1:00}", "12:00", False),  # math-verify: 1/0 == 12/0
+    ("The clock shows \\boxed{12:00}", "12:00", True),
+    ("\\boxed{01:30}", "1:30", True),
+    ("\\boxed{1:30 p.m.}", "1:30 pm", True),
+    ("\\boxed{1:30 am}", "1:30 pm", False),
+])
+def test_times_of_day_compare_as_times(response, gold, right):
+    v = _math(response, gold)
+    assert (v.outcome == "ok") is right, v.detail
+
+
+@pytest.mark.parametrize("response, gold, right", [
+    ("\\boxed{\\mathrm{E}*2}", "E", False),  # an expression, not the choice E
+    ("\\boxed{E = mc^2}", "E", False),
+    ("\\boxed{\\text{(E)}}", "E", True),
+    ("\\boxed{E}", "(E)", True),
+    ("(B) 42", "B", True),
+])
+def test_a_choice_letter_must_stand_alone(response, gold, right):
+    v = _math(response, gold)
+    assert (v.outcome == "ok") is right, v.detail

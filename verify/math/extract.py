@@ -30,9 +30,11 @@ _MAX_BOX_TRIES = 16  # boxes looked at, from the end: keeps the scan linear
 _MAX_SCAN = 20_000  # chars one brace group may span; longer is absurd anyway
 # What may stand between two boxes of one answer: separators, \quad, "and",
 # a short \text{...} ("for part (a) and"), up to two plain words ("papers
-# and"), math delimiters. A full stop or anything longer starts a new statement.
+# and"), math delimiters, the label of the next part ("y_2 ="). A full stop or anything longer starts a new statement.
 _JOINER = re.compile(
-    r"^(?:[\s$,;]|\\[()\[\]]|\\q?quad|\\[,;: ]|\\text\{[^{}]{0,40}\}|[A-Za-z]{1,12}(?=[\s$,;\\]|$)){0,12}$"
+    r"^(?:[\s$,;]|\\[()\[\]]|\\q?quad|\\[,;: ]|\\text\{[^{}]{0,40}\}|[A-Za-z]{1,12}(?=[\s$,;\\]|$)"
+    # the label of the next part: "$y_1 = \boxed{2}$ and $y_2 = \boxed{3}$"
+    r"|[A-Za-z](?:_\{?[A-Za-z0-9]{1,3}\}?)?\s*=){0,12}$"
 )
 _MAX_JOINER = 60
 _TEXTLESS = re.compile(r"\\text\{[^{}]*\}|\\[a-zA-Z]+")

@@ -27,6 +27,11 @@ Each policy has a name; the scorer reports the one that decided a case.
 - ``number``: two plain numbers compare exactly (``numbers``), with the
   decimal tolerance policy for a decimal against an exact value
   (``tolerance``: at least 4 significant digits, within one unit of the last).
+- ``time``: ``H:MM`` times of day compare as times (math-verify reads
+  ``12:00`` and ``1:00`` as ratios over 0, and equal).
+- ``decimal_in_structure``: a matrix, tuple or interval of plain numbers
+  with decimals against an exact gold of the same shape, entry by entry by
+  the ``tolerance`` rule (``(0.3333, 0.5)`` for ``(\\frac13, \\frac12)``).
 - ``ordered``: when the gold is a tuple or interval, a bare list in the
   response is read as a tuple in its written order, never as a set.
 - everything else is math-verify's ``verify`` (``math_verify``): units,
@@ -37,6 +42,7 @@ Each policy has a name; the scorer reports the one that decided a case.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import sympy
 
@@ -54,7 +60,9 @@ _OPERATION = re.compile(r"\d\s*[-+*/×]\s*\(?\d")
 _RESULT = re.compile(r"\d\s*=\s*(-?\d+(?:\.\d+)?)(?![\d.,]?\d)")
 _SPACED_DECIMAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:[ \u00a0\u202f]\d{3})+),(\d{1,2})(?!\d)")
 _CHOICE = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-E])\)?\s*\}?$")
-_CHOICE_PRED = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-Ea-e])\)?(?![A-Za-z0-9])")
+# The letter must stand alone: "E*2", "E = mc^2" or "B_1" are expressions, not the choice E or B.
+_CHOICE_PRED = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-Ea-e])\)?(?![A-Za-z0-9])(?!\s*[*/^+=×·_\\-])")
+_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*((?:a|p)\.?\s*m\.?)?$", re.I)
 _WORD = re.compile(r"^[A-Za-z][A-Za-z '\-]*$")
 _BASE_N = re.compile(r"^\d+_\{?\d+\}?$")
 _TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm)\s*\{([^{}]*)\}")
@@ -143,6 +151,64 @@ def pred_choice(pred: str) -> str | None:
     return m.group(1).upper() if m is not None else None
 
 
+def time_of(text: str) -> str | None:
+    """A time of day written ``H:MM`` (``12:00``, ``1:05 p.m.``), normalised; None when it is not one.
+    math-verify reads ``12:00`` as the ratio 12/0 and ``1:00`` as 1/0, and calls them equal."""
+    m = _TIME.match(plain_text(text).replace("\\!", "").strip())
+    if m is None:
+        return None
+    hour, minute, second, half = int(m.group(1)), m.group(2), m.group(3) or "00", (m.group(4) or "").lower()
+    return f"{hour}:{minute}:{second}{re.sub(r'[^ap]', '', half)}"
+
+
+_MATRIX = re.compile(r"^\\begin\{[pbvBV]?matrix\}(.*)\\end\{[pbvBV]?matrix\}$", re.S)
+
+
+def elements(span: str) -> list[str] | None:
+    """The written entries of a matrix, tuple or interval (``(0.33, 0.5)``, ``\\begin{pmatrix} 1 \\\\ 2
+    \\end{pmatrix}``), in reading order; None when ``span`` is none of them or nests."""
+    text = re.sub(r"\\(?:left|right)\b|\\[bB]igg?[lr]?\b", "", span).strip()
+    m = _MATRIX.match(text)
+    if m is not None:
+        parts = [p for row in re.split(r"\\\\", m.group(1)) for p in row.split("&")]
+    elif brackets(text):
+        parts = text[1:-1].split(",")
+    else:
+        return None
+    parts = [p.strip() for p in parts if p.strip()]
+    if not parts or any(c in p for p in parts for c in "()[]{}"):
+        return None
+    return parts
+
+
+def elementwise_tolerance(pred_span: str, gold_values: list[object]) -> bool | None:
+    """Decimals against exact values entry by entry (``decimal_in_structure``): every entry of the
+    response a plain number, at least one a decimal, each matching its gold entry by ``tolerance``
+    (a decimal) or exactly (an integer or exact number). None when the rule does not apply."""
+    parts = elements(pred_span)
+    if parts is None or len(parts) != len(gold_values):
+        return None
+    numbers = [number_of(p) for p in parts]
+    if any(n is None for n in numbers) or not any(n.decimal for n in numbers if n is not None):
+        return None
+    for n, exact in zip(numbers, gold_values):
+        assert n is not None
+        if isinstance(exact, sympy.Rational) and n.value == Fraction(int(exact.p), int(exact.q)):
+            continue  # 0.5 for 1/2: equal, whatever its digits
+        if n.decimal:
+            ok = tolerance(n, exact)
+        else:
+            value = _exact_value(exact)
+            ok = None if value is None else (value.imag == 0 and numbers_equal(n, parse_number(_plain(value.real))))
+        if not ok:
+            return None if ok is None else False
+    return True
+
+
+def _plain(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
 def _text_form(text: str) -> str:
     return re.sub(r"^the\s+", "", plain_text(text).lower()).replace(" ", "").replace("{", "").replace("}", "")
 
@@ -211,6 +277,8 @@ __all__ = [
     "brackets",
     "choice_of",
     "decimal_comma",
+    "elements",
+    "elementwise_tolerance",
     "is_base_n",
     "is_word",
     "last_result",
@@ -219,6 +287,7 @@ __all__ = [
     "number_of",
     "numbers_decide",
     "pred_choice",
+    "time_of",
     "tolerance",
     "unevaluated",
     "words_equal",

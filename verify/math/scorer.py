@@ -194,6 +194,9 @@ def decide(pred: Reading, gold_of: Gold) -> tuple[bool, str]:
     letter = policy.choice_of(gold.span)
     if letter is not None:
         return policy.pred_choice(pred.span) == letter, "choice"
+    gold_time = policy.time_of(gold.span)
+    if gold_time is not None or policy.time_of(pred.span) is not None:
+        return policy.time_of(pred.span) == gold_time, "time"
     if policy.is_word(gold.span) or policy.is_word(pred.span):
         return policy.words_equal(pred.span, gold.span), "word"
     if policy.is_base_n(gold.span) or policy.is_base_n(pred.span):
@@ -223,6 +226,12 @@ def decide(pred: Reading, gold_of: Gold) -> tuple[bool, str]:
             verdict = policy.tolerance(decimal, exact)
             if verdict is not None:
                 return verdict, "tolerance"
+    entries = _entries(gold_parsed.value)
+    if entries is not None:
+        verdict = policy.elementwise_tolerance(span, entries)
+        pb, gb = policy.brackets(span), policy.brackets(gold.span)
+        if verdict is not None and not (pb and gb and pb != gb):
+            return verdict, "decimal_in_structure"
     if _is_equation(parsed.value) and not _is_equation(gold_parsed.value) and not _is_assignment(parsed.value):
         return False, "equation"
     if _is_ordered(gold_parsed) and _is_set(parsed) and not span.lstrip().startswith(("(", "[", "\\{", "\\left")):
@@ -234,6 +243,17 @@ def decide(pred: Reading, gold_of: Gold) -> tuple[bool, str]:
             return False, "brackets"
         return True, "math_verify"
     return False, "math_verify"
+
+
+def _entries(value: object) -> list[object] | None:
+    """A matrix's entries row by row, a tuple's items, an interval's ends; None for anything else."""
+    if isinstance(value, sympy.MatrixBase):
+        return list(value)
+    if isinstance(value, sympy.Tuple):
+        return list(value.args)
+    if isinstance(value, sympy.Interval):
+        return [value.start, value.end]
+    return None
 
 
 def _is_equation(value: object) -> bool:
