@@ -278,6 +278,8 @@ def group_kinds(run: Path, every: int) -> str:
     buckets: dict[int, Counter] = {}
     for line in (run / "prompt_history.jsonl").read_text().splitlines():
         g = json.loads(line)
+        if g["a"] is None:  # no real verdict in the group (failed verifications): no evidence
+            continue
         accuracy, box = g["a"], (g["r"] - g["a"]) / weight
         box_varies = 1e-6 < box < 1 - 1e-6
         if 0 < accuracy < 1:

@@ -7,6 +7,7 @@
     rlvr-actor audit --verifier NAME --input cases.jsonl --output verdicts.jsonl
     rlvr-actor eval --checkpoint DIR --data FILE --k 1,8
     rlvr-actor report RUN_DIR
+    rlvr-actor samples RUN_DIR [--step N] [--format text|html|jsonl]   # what the learner trained
     rlvr-actor autoscale --role verify --config run.toml   # verifier replicas that follow the backlog
     rlvr-actor select --from RUN_DIR --by variance --k 1 --output one.json   # one-shot RLVR
     rlvr-actor config-doc                        # every config option, from the types
@@ -32,7 +33,7 @@ ROLES = ("rollout", "verify", "learn")
 # The command as typed -> its module under rlvr.cli.commands.
 COMMANDS = {
     "up": "up", "init": "init", "status": "status", "audit": "audit", "eval": "eval", "report": "report",
-    "config-doc": "config_doc", "autoscale": "autoscale", "select": "select",
+    "config-doc": "config_doc", "autoscale": "autoscale", "select": "select", "samples": "samples",
 }
 
 

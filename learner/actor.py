@@ -38,6 +38,7 @@ from rlvr.actors.logs import get_logger
 from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import remote_span_context, tracer
+from rlvr.learner.alarm_edges import AlarmCleared
 from rlvr.learner.alarms import Alarm, SignalWatch
 from rlvr.learner.history import PromptHistory, read_selection, subset
 from rlvr.learner.step_alarms import StepWatch
@@ -47,11 +48,13 @@ from rlvr.learner.config import LearnConfig, train_dataset
 from rlvr.learner.datasets import load_splits
 from rlvr.learner.eval_rounds import Evaluator
 from rlvr.learner.feeder import Feeder
-from rlvr.learner.groups import Group, GroupAssembler, filter_group
+from rlvr.learner.groups import Group, GroupAssembler, filter_group, judged
 from rlvr.learner.lease import LearnerLease
 from rlvr.learner.metrics import MetricsWriter, batch_metrics, write_json_atomic, write_jsonl
 from rlvr.learner.records import StepRecord, first_gain
 from rlvr.learner.rollout_versions import RolloutVersions
+from rlvr.learner.sample_dump import SampleDump
+from rlvr.learner.tally import RunTally
 from rlvr.protocol import OUTCOMES, Scored, decode
 from rlvr.protocol.subjects import KV_CONFIG, KV_LEARNER
 from rlvr.protocol.validate import MessageInvalidError, check_token_ids_in_vocab
@@ -88,6 +91,10 @@ class LearnActor:
         # Says early when the reward carries no signal (learner/alarms.py).
         self.watch = SignalWatch(cfg.alarms)
         self.step_watch = StepWatch(cfg.alarms.steps)
+        # Episode ends, tool errors and the pass rate by verifier over every training group.
+        self.tally = RunTally()
+        # What each step trained, for a person to read: <out>/samples/step-<N>.jsonl (docs/samples.md).
+        self.dump = SampleDump(self.out, cfg.samples, cfg.engine.advantage if cfg.engine else None)
         self.last_step_at = time.monotonic()
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
         self.last_record: StepRecord | None = None
@@ -251,9 +258,10 @@ class LearnActor:
                 process=cfg.engine.advantage.process if cfg.engine else "off",
             )
             await self._release(self.custody.filtered(group, result))
-            for alarm in self.watch.group(group, result):
-                self._raise(alarm)
-            feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members],
+            self._speak(self.watch.group(group, result))
+            self.tally.group([sc for _, sc in group.members])
+            # The curriculum's pass rate: a failed verification is no evidence, not a 0.
+            feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members if judged(sc)],
                         group.members[0][1].sample.index)
             self.io.history.record(self.state.step, [sc for _, sc in group.members])
             if result.kept:
@@ -295,8 +303,8 @@ class LearnActor:
                 span.set_attribute(f"rlvr.{k}", v)
         self.io.metrics.write(flat)
         self.io.metrics.samples(self.state.step, scored)  # the trackers' sample tables
-        for alarm in self.step_watch.step(flat):
-            self._raise(alarm)
+        await self.dump.write(self.state.step, scored)  # off the loop; a failing write is logged, never raised
+        self._speak(self.step_watch.step(flat))
         self.last_record = record
         log.info("step", step=record.step, reward_mean=round(stats.get("reward_mean", 0.0), 4), samples=record.samples,
                  wait_s=round(wait_s, 4), train_s=round(train_s, 4), policy_version=record.policy_version)
@@ -313,6 +321,7 @@ class LearnActor:
         out["zero_variance_share"] = drops.groups["zero_variance"] / seen_groups if seen_groups else 0.0
         out.update({f"outcome_{o}": float(self.custody.outcomes.get(o, 0)) for o in OUTCOMES})
         out["drop_late_duplicate"] = float(self.custody.late_duplicates)
+        out.update(self.tally.flat())  # run_episode_end_<reason>, run_tool_errors_<tool>, run_pass_rate_<verifier>
         return out
 
     # --- custody, checkpoints, weights -----------------------------------------------
@@ -393,17 +402,27 @@ class LearnActor:
         flat = result.flat()
         io.metrics.write({"event": "eval", **flat})
         log.info("eval", **flat)
-        for alarm in self.step_watch.eval_round(label, self.state.step, result.pass_at.get(1)):
-            self._raise(alarm)
+        self._speak(self.step_watch.eval_round(label, self.state.step, result.pass_at.get(1)))
         if io.evaluator.last_kept:
             await anyio.to_thread.run_sync(
                 write_jsonl, self.out / "evals" / f"{self.state.eval_rounds:03d}-{label}.jsonl", io.evaluator.last_kept
             )
 
+    def _speak(self, raised: list[Alarm]) -> None:
+        """Say each alarm whose condition started to hold, then each that cleared since (once each)."""
+        for alarm in raised:
+            self._raise(alarm)
+        for cleared in self.watch.take_cleared() + self.step_watch.take_cleared():
+            self._cleared(cleared)
+
     def _raise(self, alarm: Alarm) -> None:
         log.warning("run_alarm", kind=alarm.kind, verifier=alarm.verifier, message=alarm.message,
                     outcomes=alarm.outcomes, examples=msgspec.to_builtins(alarm.examples))
         self.io.metrics.write(alarm.record())
+
+    def _cleared(self, cleared: AlarmCleared) -> None:
+        log.info("run_alarm_cleared", kind=cleared.kind, verifier=cleared.verifier, seconds=cleared.seconds)
+        self.io.metrics.write(cleared.record())
 
     async def _report_progress(self) -> None:
         """While no step comes: a progress record every ``progress_every_s`` (what
@@ -412,8 +431,7 @@ class LearnActor:
         every = self.cfg.progress_every_s
         while True:
             await anyio.sleep(every)
-            for alarm in self.watch.check():
-                self._raise(alarm)
+            self._speak(self.watch.check())
             if time.monotonic() - self.last_step_at >= every:
                 self.io.metrics.write({"event": "progress", "step": self.state.step,
                                        "seconds_since_step": round(time.monotonic() - self.last_step_at, 1),
@@ -455,6 +473,7 @@ class LearnActor:
         before = next((e for e in evals if e.label == "before"), None)
         after = next((e for e in reversed(evals) if e.label == "after"), None)
         flat = [e.flat() for e in evals]
+        now = time.monotonic()
         summary = {
             "run": self.io.ctx.names.run, "steps": self.state.step, "samples_trained": self.state.samples_trained,
             "policy_version": self.state.version, "stopped_early": stopped,
@@ -465,7 +484,10 @@ class LearnActor:
             "drops": self.custody.drop_totals(),
             "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
             "alarms": [a.message for a in self.watch.active.values()] + self.step_watch.alerts(),
+            # Each alarm kind's episodes (raised, then cleared or still holding) and how long they held.
             "alarm_counts": dict(self.step_watch.counts + self.watch.counts),
+            "alarm_seconds": {**self.step_watch.edges.seconds(now), **self.watch.edges.seconds(now)},
+            **self.tally.summary(),  # pass_rate by verifier over the run; episode ends, tool errors
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
         }
         if before is not None:  # without a "before" round there is nothing to gain against

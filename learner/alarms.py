@@ -9,16 +9,22 @@ groups the learner sees (trained or dropped):
   when at least ``flat_share`` of the last ``window`` groups were flat, once
   ``min_groups`` have been seen, or sooner (``min_groups_early``) once
   ``early_after_s`` seconds have passed without a kept group;
-- ``verifier_failing``: one verifier's ``parse_error`` + ``error`` share of
-  its last ``window`` verdicts is at least ``failure_share`` (it never finds
-  the answer, or the reward function raises): its rewards say nothing about
-  the policy. Needs ``min_samples`` verdicts.
+- ``verifier_failing``: one verifier's ``parse_error`` + ``error`` +
+  ``timeout`` + ``sandbox_error`` share of its last ``window`` verdicts is at
+  least ``failure_share`` (it never finds the answer, the reward function
+  raises, it runs past its time limit, or its sandbox fails): its rewards say
+  nothing about the policy. Needs ``min_samples`` verdicts. An episode the
+  environment failed or the rollout cut (``ENV_FAILURES``) is not the
+  verifier's verdict and is not counted.
 
 An alarm carries a message naming the verifier, its outcome counts, and a
 few completions with their verdicts (what the verifier actually saw); it is
-logged once when raised, written to ``metrics.jsonl`` (``"event":
-"alarm"``), shown by ``up``'s display and carried in the learner's heartbeat
-(``alerts``, which ``status`` prints) while it holds. Pure: no I/O here.
+logged once when its condition starts to hold, written to ``metrics.jsonl``
+(``"event": "alarm"``), shown by ``up``'s display and carried in the
+learner's heartbeat (``alerts``, which ``status`` prints) while it holds. It
+clears once its condition has been false for ``clear_after`` checks in a row
+(``alarm_edges.py``: a flickering share is one alarm, not one per group), and
+says so once (``"event": "alarm_cleared"``). Pure: no I/O here.
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta, Struct
 
+from rlvr.learner.alarm_edges import AlarmCleared, AlarmEdges
 from rlvr.learner.groups import FilterResult, Group
 from rlvr.learner.step_alarms import StepAlarmConfig
+from rlvr.protocol.samples import ENV_FAILURES
 
-FAILING = ("parse_error", "error")
+# Verdict outcomes that say the verifier, not the policy, failed.
+FAILING = ("parse_error", "error", "timeout", "sandbox_error")
 
 
 class AlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
@@ -47,8 +56,8 @@ class AlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
     early_after_s: Annotated[float, Meta(gt=0)] = 45.0
     # ...from this many groups.
     min_groups_early: Annotated[int, Meta(ge=1)] = 4
-    # Raise verifier_failing when a verifier's parse_error + error share of its recent
-    # verdicts reaches this...
+    # Raise verifier_failing when a verifier's parse_error + error + timeout + sandbox_error
+    # share of its recent verdicts reaches this...
     failure_share: Annotated[float, Meta(gt=0, le=1)] = 0.5
     # ...once it has given this many verdicts.
     min_samples: Annotated[int, Meta(ge=1)] = 32
@@ -56,6 +65,9 @@ class AlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
     examples: Annotated[int, Meta(ge=0)] = 3
     # Characters kept of each quoted completion and verdict detail.
     example_chars: Annotated[int, Meta(ge=20)] = 300
+    # Checks in a row (one per group, and the progress timer's) an alarm's condition must be
+    # false before it clears: a share flickering around its threshold stays one alarm.
+    clear_after: Annotated[int, Meta(ge=1)] = 8
     # The stage-1 alarms on the step records: KL, entropy, language mixing, length, dropped share.
     steps: StepAlarmConfig = StepAlarmConfig()
 
@@ -90,8 +102,16 @@ class SignalWatch:
         self._flat: deque[bool] = deque(maxlen=self.cfg.window)
         self._verdicts: dict[str, deque[str]] = {}
         self._examples: dict[str, deque[Example]] = {}
-        self.active: dict[tuple[str, str], Alarm] = {}
-        self.counts: Counter[str] = Counter()  # times each kind was raised (the summary's alarm_counts)
+        # Which alarms hold, their raises (the summary's alarm_counts) and how long they held.
+        self.edges = AlarmEdges(self.cfg.clear_after)
+
+    @property
+    def active(self) -> dict[tuple[str, str], Alarm]:
+        return self.edges.active
+
+    @property
+    def counts(self) -> Counter[str]:
+        return self.edges.counts
 
     def group(self, group: Group, result: FilterResult, now: float | None = None) -> list[Alarm]:
         """Take one complete training group; the alarms raised by it (new ones only)."""
@@ -101,6 +121,8 @@ class SignalWatch:
         flat = any(reason == "zero_variance" for _, _, reason in result.dropped)
         self._flat.append(flat)
         for _, sc in group.members:
+            if sc.sample.episode is not None and sc.sample.episode.end_reason in ENV_FAILURES:
+                continue  # the environment's failure or the rollout's cut, scored error: not the verifier's
             name = sc.verdict.verifier or sc.sample.verifier.name
             self._verdicts.setdefault(name, deque(maxlen=cfg.window)).append(sc.verdict.outcome)
             v = sc.verdict
@@ -111,21 +133,21 @@ class SignalWatch:
         return self.check(now)
 
     def check(self, now: float | None = None) -> list[Alarm]:
-        """Evaluate every alarm now (also called on a timer: the early flat alarm needs no new group)."""
+        """Evaluate every alarm now (also called on a timer: the early flat alarm needs no new group);
+        the alarms whose condition started to hold (a clear waits in ``take_cleared``)."""
         now = time.monotonic() if now is None else now
-        raised = []
         current: dict[tuple[str, str], Alarm] = {}
         if (alarm := self._flat_alarm(now)) is not None:
-            current[("flat_reward", alarm.verifier)] = alarm
+            # Keyed by kind alone: the verifier it names is the busiest one, which may change.
+            current[("flat_reward", "")] = alarm
         for name in self._verdicts:
             if (alarm := self._failing_alarm(name)) is not None:
                 current[("verifier_failing", name)] = alarm
-        for key, alarm in current.items():
-            if key not in self.active:
-                raised.append(alarm)
-                self.counts[alarm.kind] += 1
-        self.active = current
-        return raised
+        return self.edges.update(current, now)
+
+    def take_cleared(self) -> list[AlarmCleared]:
+        """The alarms that cleared since the last call."""
+        return self.edges.take_cleared()
 
     def alerts(self) -> list[str]:
         """One line per alarm holding now (the heartbeat's ``alerts``)."""
@@ -154,7 +176,9 @@ class SignalWatch:
             return None
         msg = (f"verifier {name!r} fails on {failing} of its last {len(verdicts)} verdicts "
                f"({_counts(outcomes)}): parse_error means it found no answer where it looks, error that it "
-               "raised or returned no usable reward (see examples' detail)")
+               "raised or returned no usable reward, timeout that it ran past its time limit (raise "
+               "[verify] timeout_s, or more verifier replicas), sandbox_error that its sandbox failed "
+               "(see examples' detail)")
         return Alarm("verifier_failing", name, msg, dict(outcomes), list(self._examples.get(name, ())))
 
     def _main_verifier(self) -> str:

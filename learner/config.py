@@ -155,6 +155,16 @@ class TrackersConfig(Struct, frozen=True, forbid_unknown_fields=True):
     sample_chars: Annotated[int, Meta(ge=20)] = 2000
 
 
+class SamplesConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """Each record holds a sample's tokens, loss mask, behaviour log-probs, episode, verdict and
+    advantage; `rlvr-actor samples RUN_DIR` shows them."""
+
+    # Write the trained samples of a step (false: write none).
+    dump: bool = True
+    # Write them every this many optimizer steps (1: every step).
+    every_steps: PositiveInt = 1
+
+
 class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Where training and held-out prompts come from:
     # kind = "arithmetic" | "jsonl" | "hf" | "builtin" | "reasoning_gym" (docs/datasets.md).
@@ -207,6 +217,8 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     alarms: AlarmConfig = AlarmConfig()
     # Experiment trackers beside metrics.jsonl: W&B and MLflow (off by default; docs/tracking.md).
     trackers: TrackersConfig = TrackersConfig()
+    # The trained samples, written for a person to read: `<out_dir>/samples/step-<N>.jsonl` (docs/samples.md).
+    samples: SamplesConfig = SamplesConfig()
     # While no step comes, a progress line (groups scored and dropped, by reason) every this many seconds.
     progress_every_s: Annotated[float, Meta(gt=0)] = 15.0
     # A preparation step for `up` (the built-in example's model and warm-up).

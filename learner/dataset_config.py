@@ -69,6 +69,44 @@ class RecordDataset(PromptStyle, frozen=True, forbid_unknown_fields=True):
     record_fields: list[str] | None = None
     # Records held out for evaluation (a seeded random choice), never trained on.
     holdout: Holdout = 0
+    # A record whose gold answer (answer_field, or tests_field) is absent or null, where the
+    # verifier reads one (docs/your-task.md, "Gold answers"): "error" stops the load naming
+    # the record and the field; "skip" leaves such records out and logs how many.
+    on_missing_gold: Literal["error", "skip"] = "error"
+
+
+# Built-in verifiers that score without a gold answer (a record's answer, when it has one, still
+# travels as params.gold). Every other built-in reads one: math, exact, code, rlpr, hybrid ...
+SCORES_WITHOUT_GOLD = frozenset({"arith_steps", "env", "format", "llm_judge", "math_steps", "random"})
+
+
+def reads_gold(cfg: RecordDataset, *, verl: bool) -> bool:
+    """Whether every record must carry a gold answer for ``cfg``'s verifier.
+
+    Read from the config alone (the learner never imports the verify role):
+    a ``verifier_spec`` reads one when its params hold "{gold}" ("{tests}" with
+    ``tests_field``); ``tests_field`` is the code verifier's input; a plug-in
+    (``"module:ATTR"``) reads one only if its function declares it, which only
+    the verify role can see, so it needs one when the answer field is named
+    (``answer_field``, or verl's layout, whose ``ground_truth`` verl scorers
+    take) and otherwise gets the answer when the record has it; a built-in
+    needs one unless it is in ``SCORES_WITHOUT_GOLD``.
+    """
+    if cfg.verifier_spec is not None:
+        return _mentions(cfg.verifier_spec.params, "{tests}" if cfg.tests_field else "{gold}")
+    if cfg.tests_field:
+        return True
+    if ":" in cfg.verifier:
+        return cfg.answer_field is not None or verl
+    return cfg.verifier not in SCORES_WITHOUT_GOLD
+
+
+def _mentions(value: Any, slot: str) -> bool:
+    if isinstance(value, dict):
+        return any(_mentions(v, slot) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_mentions(v, slot) for v in value)
+    return value == slot
 
 
 class ArithmeticDataset(PromptStyle, frozen=True, forbid_unknown_fields=True, tag="arithmetic", tag_field="kind"):
@@ -200,5 +238,6 @@ DatasetConfig = ArithmeticDataset | JsonlDataset | HFDataset | BuiltinDataset | 
 
 __all__ = [
     "ArithmeticDataset", "BuiltinDataset", "DatasetConfig", "HFDataset", "JsonlDataset", "PromptStyle",
-    "ReasoningGymDataset", "ReasoningGymTask", "RecordDataset", "VerifiersDataset",
+    "ReasoningGymDataset", "ReasoningGymTask", "RecordDataset", "SCORES_WITHOUT_GOLD", "VerifiersDataset",
+    "reads_gold",
 ]

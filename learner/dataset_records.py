@@ -11,7 +11,15 @@ verl's parquet layout (``data_source``, ``prompt`` as messages, ``ability``,
 ``reward_model: {style, ground_truth}``, ``extra_info``) reads as it is: the
 layout is detected from the first record, or named (``layout = "verl"``); the
 answer is then ``reward_model.ground_truth`` and a record's ``data_source``
-names its dataset.
+names its dataset. Which layout was chosen, and why, is logged at load
+(``dataset_layout``) and said in every error about a field the layout chose.
+
+Nothing is silently wrong data: a record without its gold answer (absent,
+null or NaN) is an error naming the record and the field, or left out and
+counted with ``on_missing_gold = "skip"``, wherever the verifier reads one
+(``reads_gold``); a prompt stored as the JSON text of a message list is read
+as those messages (said once per load), and one that only looks like it is
+an error naming the record.
 
 Hugging Face ``datasets`` is imported only for the ``hf`` kind, and only
 offline: ``HF_DATASETS_OFFLINE`` and ``HF_HUB_OFFLINE`` are set before the
@@ -23,16 +31,21 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from rlvr.learner.dataset_config import HFDataset, JsonlDataset, PromptStyle, RecordDataset
+from rlvr.actors.logs import get_logger
+from rlvr.learner.dataset_config import HFDataset, JsonlDataset, PromptStyle, RecordDataset, reads_gold
 from rlvr.protocol import VerifierSpec
 from rlvr.protocol.tasks import ChatMessage
 
 _ROLES = ("system", "user", "assistant")
 _MISSING = object()
+_NOT_THERE = object()
+log = get_logger(__name__)
 
 
 class DatasetError(ValueError):
@@ -86,6 +99,22 @@ def is_verl(record: dict[str, Any]) -> bool:
     )
 
 
+def choose_layout(cfg: RecordDataset, first: dict[str, Any]) -> tuple[bool, str]:
+    """(whether verl's layout is read, why): said at load and in every error about a default field."""
+    if cfg.layout != "auto":
+        return cfg.layout == "verl", f'the {cfg.layout} layout, named by learn.dataset.layout'
+    if is_verl(first):
+        return True, "verl's layout: the first record has data_source, prompt and reward_model"
+    verl_columns = [k for k in ("data_source", "reward_model", "extra_info", "ability") if k in first]
+    if not verl_columns:
+        return False, "the plain layout: the first record has none of verl's columns (data_source, reward_model)"
+    missing = [k for k in ("data_source", "prompt", "reward_model") if k not in first]
+    why = (f"no {' or '.join(f'`{k}`' for k in missing)} column" if missing
+           else f"its `reward_model` is a {type(first['reward_model']).__name__}, not {{ground_truth: ...}}")
+    return False, (f"the plain layout: the first record has {', '.join(verl_columns)} but {why}, so verl's "
+                   f"layout (data_source, prompt, reward_model.ground_truth) was not used")
+
+
 def _gold(value: Any) -> Any:
     """The answer as verifiers take it: numbers as their text, lists and strings as they are."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -93,17 +122,49 @@ def _gold(value: Any) -> Any:
     return str(value)
 
 
+def _absent(value: Any) -> bool:
+    """No answer: null, or the NaN pandas writes for a missing number."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+# A string that starts like a list of chat messages: '[{"role": ...' or "[{'content': ...".
+_LOOKS_LIKE_MESSAGES = re.compile(r"""^\s*\[\s*\{\s*["']?(role|content)["']?\s*:""")
+
+
+def json_messages(text: str, where: str) -> list | None:
+    """The messages in ``text`` when it is the JSON text of a message list (a column written
+    with ``json.dumps``), else None; ``DatasetError`` when it looks like one but is not JSON."""
+    if not _LOOKS_LIKE_MESSAGES.match(text):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        hint = " (Python's repr of a list, not JSON: write the column with json.dumps)" if "'" in text[:20] else ""
+        raise DatasetError(f"{where} looks like the JSON text of chat messages but is not JSON{hint}: {e}: "
+                           f"{text[:200]}") from None
+    if not isinstance(value, list):
+        raise DatasetError(f"{where} looks like the JSON text of chat messages but is a "
+                           f"{type(value).__name__}: {text[:200]}")
+    return value
+
+
 # --- records -> specs --------------------------------------------------------------------------
 def record_specs(cfg: RecordDataset, records: list[dict[str, Any]], name: str, source: str) -> list:
-    """One ``TaskSpec`` per record, in order (``source`` names the file in errors)."""
+    """One ``TaskSpec`` per record, in order (``source`` names the file in errors); a record
+    without a gold answer is an error, or left out with ``on_missing_gold = "skip"``."""
     from rlvr.learner.datasets import TaskSpec
 
     if not records:
         return []
-    verl = cfg.layout == "verl" or (cfg.layout == "auto" and is_verl(records[0]))
+    verl, layout = choose_layout(cfg, records[0] if isinstance(records[0], dict) else {})
     prompt_field = cfg.prompt_field or "prompt"
-    answer_field = cfg.answer_field or ("reward_model.ground_truth" if verl else "answer")
-    out = []
+    answer_field = cfg.tests_field or cfg.answer_field or ("reward_model.ground_truth" if verl else "answer")
+    answer_key = "tests_field" if cfg.tests_field else "answer_field"
+    default_note = "" if cfg.tests_field or cfg.answer_field else f"; the default of {layout}"
+    needs_gold = reads_gold(cfg, verl=verl)
+    log.info("dataset_layout", source=source, records=len(records), layout="verl" if verl else "plain", why=layout,
+             prompt_field=prompt_field, answer_field=answer_field, gold="required" if needs_gold else "optional")
+    out, skipped, from_json = [], [], 0
     for i, r in enumerate(records):
         where = f"{source} record {i}"
         if not isinstance(r, dict):
@@ -117,15 +178,38 @@ def record_specs(cfg: RecordDataset, records: list[dict[str, Any]], name: str, s
                                    f"{', '.join(map(str, r))})") from None
 
         raw_prompt = field(prompt_field, "prompt_field")
-        if cfg.tests_field:
-            params: dict[str, Any] = {"tests": _tests(field(cfg.tests_field, "tests_field"))}
-        else:
-            params = {"gold": _gold(field(answer_field, "answer_field"))}
+        found = get_path(r, answer_field, _NOT_THERE)
+        gold = None if found is _NOT_THERE else found
+        if _absent(gold) and needs_gold:
+            if cfg.on_missing_gold == "skip":
+                skipped.append(i)
+                continue
+            what = "has no field" if found is _NOT_THERE else f"has {gold!r} in"
+            verifier = cfg.verifier_spec.name if cfg.verifier_spec is not None else cfg.verifier
+            raise DatasetError(
+                f"{where} {what} {answer_field!r} (learn.dataset.{answer_key}{default_note}; the record has: "
+                f"{', '.join(map(str, r))}): no gold answer, and the verifier {verifier!r} reads one (it would "
+                f"score every answer wrong); fix the record, or set on_missing_gold = \"skip\" to leave it out")
+        params: dict[str, Any] = {}
+        if not _absent(gold):
+            params["tests" if cfg.tests_field else "gold"] = _tests(gold) if cfg.tests_field else _gold(gold)
         for param, path in cfg.params_fields.items():
             params[param] = field(path, f"params_fields.{param}")
-        prompt = render_prompt(raw_prompt, cfg, f"{where} field {prompt_field!r}")
+        prompt_where = f"{where} field {prompt_field!r}"
+        if isinstance(raw_prompt, str) and (parsed := json_messages(raw_prompt, prompt_where)) is not None:
+            raw_prompt, from_json = parsed, from_json + 1
+        prompt = render_prompt(raw_prompt, cfg, prompt_where)
         dataset = str(r["data_source"]) if verl and r.get("data_source") else name
         out.append(TaskSpec(dataset, i, prompt, VerifierSpec(cfg.verifier, params), record=_record(cfg, r, prompt_field)))
+    if from_json:
+        log.info("dataset_json_prompts", source=source, prompts=from_json, field=prompt_field,
+                 note="prompts stored as the JSON text of chat messages were read as chat messages")
+    if skipped:
+        log.warning("dataset_records_skipped", source=source, skipped=len(skipped), of=len(records),
+                    field=answer_field, first=skipped[:10], reason="no gold answer (on_missing_gold = \"skip\")")
+        if not out:
+            raise DatasetError(f"{source}: every record ({len(records)}) lacks a gold answer in {answer_field!r} "
+                               f"(learn.dataset.{answer_key}{default_note})")
     return out
 
 
@@ -209,5 +293,5 @@ def _hf_records(cfg: HFDataset, split: str) -> list[dict[str, Any]]:
     return datasets.load_dataset(kinds.pop(), data_files=files, split="train").to_list()
 
 
-__all__ = ["DatasetError", "get_path", "hf_specs", "is_verl", "jsonl_specs", "read_file", "record_specs",
-           "render_prompt"]
+__all__ = ["DatasetError", "choose_layout", "get_path", "hf_specs", "is_verl", "json_messages", "jsonl_specs",
+           "read_file", "record_specs", "render_prompt"]

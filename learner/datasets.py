@@ -244,7 +244,10 @@ def _builtin(cfg: BuiltinDataset) -> list[TaskSpec]:
     root = builtin_data_root(cfg.root)
     out: list[TaskSpec] = []
     if cfg.name == "gsm8k":
-        for i, r in enumerate(read_file(root / "gsm8k" / f"{cfg.split}.jsonl.gz")):
+        path = root / "gsm8k" / f"{cfg.split}.jsonl.gz"
+        for i, r in enumerate(read_file(path)):
+            if "####" not in (r.get("answer") or ""):
+                raise DatasetError(f"{path} record {i}: its 'answer' has no '#### <answer>' line (no gold answer)")
             gold = r["answer"].split("####")[-1].strip().replace(",", "")
             prompt = _GSM8K_INSTRUCTION.format(question=r["question"])
             reference = r["answer"].split("####")[0].strip() + f"\nThe answer is {gold}."
@@ -252,7 +255,9 @@ def _builtin(cfg: BuiltinDataset) -> list[TaskSpec]:
     elif cfg.name in ("math", "math500"):
         path = root / ("math500/test.jsonl" if cfg.name == "math500" else "math/test.jsonl.gz")
         for i, r in enumerate(read_file(path)):
-            gold = r.get("answer") or last_boxed(r["solution"]) or ""
+            gold = r.get("answer") or last_boxed(r.get("solution") or "")
+            if not gold:
+                raise DatasetError(f"{path} record {i}: no 'answer' and no \\boxed{{}} in its 'solution' (no gold answer)")
             level = r["level"] if isinstance(r["level"], int) else int(re.sub(r"\D", "", r["level"]) or 0)
             if cfg.levels and level not in cfg.levels:
                 continue

@@ -13,6 +13,10 @@ the sum of the drop counters:
   itself (outcome ``error``: a reward function that raised or returned NaN);
   the reward is not a real one. The group's other samples are kept if at least
   two remain (their advantages are still meaningful), else dropped too.
+- ``episode_cut``: the rollout cut the episode at a limit of its own
+  (``CUT_ENDS``: the chat template rewrote a turn and ``on_template_rewrite``
+  is ``end``, or the conversation outgrew the engine's ``max_prompt_tokens``):
+  its reward says nothing of the policy, whatever the verifier gave it.
 - ``rejected``: the rollout rejected the prompt (too long).
 - ``invalid``: a value no step may use: a NaN or infinite reward, reward
   component or log-prob, ids out of range, lengths that disagree, or a
@@ -43,12 +47,13 @@ from collections import Counter
 import msgspec
 
 from rlvr.protocol import Scored
+from rlvr.protocol.samples import CUT_ENDS, ENV_FAILURES
 from rlvr.protocol.validate import MessageInvalidError, check_scored
 
 # Verdict outcomes whose reward is not a real one: never trained on.
 VERIFY_FAILED = ("timeout", "sandbox_error", "error")
 DROP_REASONS = (
-    "stale", "verify_failed", "rejected", "malformed", "invalid", "zero_variance", "partial", "duplicate",
+    "stale", "verify_failed", "episode_cut", "rejected", "malformed", "invalid", "zero_variance", "partial", "duplicate",
 )
 
 
@@ -161,6 +166,8 @@ def filter_group(
             dropped.append((seq, sc, "rejected"))
         elif not comp.ids or len(comp.ids) != len(comp.logprobs) or not sc.sample.prompt_ids:
             dropped.append((seq, sc, "malformed"))
+        elif sc.sample.episode is not None and sc.sample.episode.end_reason in CUT_ENDS:
+            dropped.append((seq, sc, "episode_cut"))
         elif sc.verdict.outcome in VERIFY_FAILED:
             dropped.append((seq, sc, "verify_failed"))
         elif current_version - sc.sample.policy_version > max_staleness + episode_slack(sc):
@@ -189,6 +196,16 @@ def _steps_vary(group: list[Scored], process: str, eps: float) -> bool:
     else:
         return False
     return len(flat) > 1 and statistics.pstdev(flat) > eps
+
+
+def judged(sc: Scored) -> bool:
+    """True when ``sc``'s verdict is a real judgement of the policy: the rollout did not reject
+    the prompt, the verifier did not fail (``VERIFY_FAILED``), and the episode, if any, was neither
+    failed by its environment nor cut by the rollout (``ENV_FAILURES``). Only these count in pass
+    rates, the prompt history and the curriculum."""
+    e = sc.sample.episode
+    return (sc.sample.finish_reason != "rejected" and sc.verdict.outcome not in VERIFY_FAILED
+            and (e is None or e.end_reason not in ENV_FAILURES))
 
 
 def episode_slack(sc: Scored) -> int:

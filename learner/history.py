@@ -4,7 +4,14 @@ One line per complete training group, written when the learner filters it
 (trained or dropped alike, so a prompt whose group was all right or all wrong
 is recorded too): ``{"i": dataset index, "s": step, "a": accuracy, "r":
 reward}``, where ``a`` is the group's mean ``accuracy`` component (its mean
-reward where the verifier names none) and ``r`` its mean reward. A prompt
+reward where the verifier names none) and ``r`` its mean reward, over the
+samples whose verdict is a real judgement (``groups.judged``). A failed
+verification (a timeout, a sandbox failure, a verifier error), an episode the
+environment failed or the rollout cut, or a rejected prompt is no evidence
+about the prompt: it is left out, never counted as a 0, and a group with no
+real verdict at all is written with ``a`` and ``r`` null, which every reader
+skips (``read_history``; the feeder's ``pass_rate`` curriculum gets the same
+rewards). A prompt
 drawn once per epoch then has one line per epoch: its accuracy history, which
 ``rlvr-actor select`` ranks (one-shot RLVR: Wang et al. 2025, "Reinforcement
 Learning for Reasoning in Large Language Models with One Training Example",
@@ -21,6 +28,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from rlvr.learner.groups import judged
 from rlvr.protocol import Scored
 
 FILE = "prompt_history.jsonl"
@@ -34,21 +42,27 @@ class PromptHistory:
     def record(self, step: int, members: list[Scored]) -> None:
         if not members or members[0].sample.purpose != "train":
             return
-        acc = [sc.verdict.components.get("accuracy", sc.verdict.reward) for sc in members]
-        self._f.write(json.dumps({"i": members[0].sample.index, "s": step,
-                                  "a": round(statistics.fmean(acc), 6),
-                                  "r": round(statistics.fmean(sc.verdict.reward for sc in members), 6)}) + "\n")
+        rec: dict = {"i": members[0].sample.index, "s": step, "a": None, "r": None}
+        real = [sc for sc in members if judged(sc)]  # a failed verification is missing, not a 0
+        if real:
+            rec["a"] = round(statistics.fmean(sc.verdict.components.get("accuracy", sc.verdict.reward)
+                                              for sc in real), 6)
+            rec["r"] = round(statistics.fmean(sc.verdict.reward for sc in real), 6)
+        self._f.write(json.dumps(rec) + "\n")
 
     def close(self) -> None:
         self._f.close()
 
 
 def read_history(run_dir: Path) -> dict[int, list[float]]:
-    """Dataset index -> its accuracy at each draw, in step order (one per step)."""
+    """Dataset index -> its accuracy at each draw, in step order (one per step). A draw with no
+    real verdict (``a`` null: every verification failed) is no draw: skipped."""
     seen: dict[int, dict[int, float]] = defaultdict(dict)
     for line in (Path(run_dir) / FILE).read_text().splitlines():
         try:
             rec = json.loads(line)
+            if rec["a"] is None:
+                continue
             seen[int(rec["i"])].setdefault(int(rec["s"]), float(rec["a"]))
         except (ValueError, KeyError, TypeError):
             continue  # a torn last line of a killed run

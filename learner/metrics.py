@@ -90,8 +90,10 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def episode_metrics(samples: list[Scored]) -> dict[str, float]:
-    """Turns, tools, environment time, end reasons and the masked share of a
-    batch's multi-turn episodes (none when the batch has no episode)."""
+    """Turns, tools (calls and errors by tool), environment time, end reasons, template
+    rewrites and the masked share of a batch's multi-turn episodes (none when the batch has
+    no episode). Only the trained ones: the run's totals over every episode, dropped ones
+    too, are ``run_*`` (``rlvr.learner.tally``)."""
     episodes = [s.sample for s in samples if s.sample.episode is not None]
     if not episodes:
         return {}
@@ -104,6 +106,8 @@ def episode_metrics(samples: list[Scored]) -> dict[str, float]:
     }
     for reason, n in Counter(s.episode.end_reason for s in episodes).items():
         out[f"episode_end_{reason}"] = float(n)
+    # Turns whose chat template rewrote an earlier one (kept or ended: on_template_rewrite).
+    out["episode_template_rewrites"] = float(sum(s.episode.template_rewrites for s in episodes))
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     for s in episodes:

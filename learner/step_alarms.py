@@ -27,17 +27,23 @@ the policy, one ``StepRecord.flat()`` at a time:
 
 An alarm is raised once when it starts to hold (logged, written to
 ``metrics.jsonl``, shown by ``up``, carried in the heartbeat's alerts) and
-counted in ``counts``, which the summary reports. Pure: records in, alarms out.
+counted in ``counts``, which the summary reports with how long each held. It
+clears once its condition has been false for ``clear_after_steps`` steps in a
+row (``eval_regression``: at the next round that is not below), and says so
+once (``take_cleared``; ``alarm_edges.py``). Pure: records in, alarms out.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 import unicodedata
 from collections import Counter, deque
 from typing import Annotated
 
 from msgspec import Meta, Struct
+
+from rlvr.learner.alarm_edges import AlarmCleared, AlarmEdges
 
 
 _DROPS = ("drop_zero_variance", "drop_stale", "drop_partial")
@@ -74,6 +80,9 @@ class StepAlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
     invalid_rise: Annotated[float, Meta(gt=0, le=1)] = 0.3
     # Steps averaged by the windowed alarms.
     window_steps: Annotated[int, Meta(ge=1)] = 10
+    # Steps in a row an alarm's condition must be false before it clears (one bad step
+    # in a good stretch, or one good step in a bad one, changes nothing).
+    clear_after_steps: Annotated[int, Meta(ge=1)] = 3
 
 
 def script_of(ch: str) -> str | None:
@@ -110,30 +119,40 @@ class StepWatch:
         self._len: deque[float] = deque(maxlen=w)
         self._len_base: list[float] = []
         self._before: float | None = None
-        self._eval_alarm: dict | None = None
-        self.active: dict = {}
-        self.counts: Counter[str] = Counter()
+        self._eval_alarm = None  # an alarms.Alarm while the last round stays below the one before RL
+        self.edges = AlarmEdges(self.cfg.clear_after_steps)
 
-    def step(self, rec: dict[str, float]) -> list:
-        """Take one step record; the alarms it raises (new ones only: ``alarms.Alarm``)."""
+    @property
+    def active(self) -> dict:
+        return self.edges.active
+
+    @property
+    def counts(self) -> Counter[str]:
+        return self.edges.counts
+
+    def step(self, rec: dict[str, float], now: float | None = None) -> list:
+        """Take one step record; the alarms whose condition started to hold (``alarms.Alarm``);
+        a clear waits in ``take_cleared``."""
         from rlvr.learner.alarms import Alarm  # alarms.py imports this module for its config
         current: dict = {}
         for kind, message in self._check(rec):
             current[kind] = Alarm(kind, "", message, {}, [])
         if self._eval_alarm is not None:  # held until the next round says otherwise
             current["eval_regression"] = self._eval_alarm
-        raised = [a for k, a in current.items() if k not in self.active]
-        self.counts.update(a.kind for a in raised)
-        self.active = current
-        return raised
+        return self.edges.update(current, time.monotonic() if now is None else now)
+
+    def take_cleared(self) -> list[AlarmCleared]:
+        """The alarms that cleared since the last call."""
+        return self.edges.take_cleared()
 
     def alerts(self) -> list[str]:
         return [a.message for a in self.active.values()]
 
-    def eval_round(self, label: str, step: int, pass_at_1: float | None) -> list:
+    def eval_round(self, label: str, step: int, pass_at_1: float | None, now: float | None = None) -> list:
         """Take one held-out round's pass@1; the eval_regression alarm when it fell (new only)."""
         from rlvr.learner.alarms import Alarm
 
+        now = time.monotonic() if now is None else now
         if pass_at_1 is None:
             return []
         if label == "before" or self._before is None:
@@ -142,18 +161,14 @@ class StepWatch:
         drop = self._before - pass_at_1
         if drop < self.cfg.eval_drop:
             self._eval_alarm = None
-            self.active.pop("eval_regression", None)
+            self.edges.clear("eval_regression", now)  # a round says so: no need to wait
             return []
         alarm = Alarm("eval_regression", "", f"held-out pass@1 fell from {100 * self._before:.1f}% before RL to "
                                              f"{100 * pass_at_1:.1f}% at step {step} ({label}): training is making "
                                              "the policy worse on problems it has not seen (check the reward: is it "
                                              "the task's?)", {}, [])
-        new = "eval_regression" not in self.active
         self._eval_alarm = alarm
-        self.active["eval_regression"] = alarm
-        if new:
-            self.counts["eval_regression"] += 1
-        return [alarm] if new else []
+        return [alarm] if self.edges.hold("eval_regression", alarm, now) else []
 
     def _check(self, rec: dict[str, float]) -> list[tuple[str, str]]:
         cfg, out = self.cfg, []

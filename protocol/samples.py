@@ -63,9 +63,22 @@ class Timings(Struct, frozen=True, omit_defaults=True):
     finished_at: float = 0.0  # unix time the sample was published
 
 
-EndReason = Literal["done", "max_turns", "token_budget", "env_error", "env_timeout", "template_rewrite", "aborted"]
-# Ends where the environment, not the policy, failed: the episode's reward is not a real one.
-ENV_FAILURES: tuple[str, ...] = ("env_error", "env_timeout")
+EndReason = Literal[
+    "done", "max_turns", "token_budget", "env_error", "env_timeout", "template_rewrite", "aborted", "prompt_cap",
+]
+# Ends where the rollout cut the episode at a limit of its own, not the policy's or the environment's:
+# the chat template rewrote an earlier turn (on_template_rewrite = "end"), or the conversation outgrew
+# the engine's max_prompt_tokens (docs/environments.md). The learner drops them as ``episode_cut``.
+CUT_ENDS: tuple[str, ...] = ("template_rewrite", "prompt_cap")
+# Ends whose reward is not a real one: the environment, not the policy, failed (env_error,
+# env_timeout), or the rollout cut the episode (CUT_ENDS). The verifier scores them outcome
+# ``error``, never a 0 that reads as a wrong answer.
+ENV_FAILURES: tuple[str, ...] = ("env_error", "env_timeout", *CUT_ENDS)
+
+
+# Bytes of JSON of one turn's ``Episode.info`` at most: an environment's ``StepResult.info`` is kept for a
+# person to read, and a hostile or careless one must not blow up every sample it is in.
+MAX_INFO_BYTES = 4096
 
 
 class Turn(Struct, frozen=True, array_like=True):
@@ -95,6 +108,10 @@ class Episode(Struct, frozen=True, omit_defaults=True):
     detail: str = ""  # why it ended, in words (an env_error's exception)
     transcript: list[list[str]] = []
     template_rewrites: int = 0  # turns whose chat template rewrote earlier turns (docs/environments.md)
+    # What the environment's step returned as ``StepResult.info``, one dict per turn ({} where its step
+    # gave none or did not run: a turn of tool calls); [] when no step gave any. Each is plain JSON,
+    # at most MAX_INFO_BYTES of JSON (the rollout trims a larger one), for a person to read, never trained on.
+    info: list[dict[str, Any]] = []
 
 
 class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
@@ -217,7 +234,9 @@ class Scored(Struct, frozen=True, tag="scored", omit_defaults=True):
 
 
 __all__ = [
+    "CUT_ENDS",
     "ENV_FAILURES",
+    "MAX_INFO_BYTES",
     "OUTCOMES",
     "Completion",
     "EndReason",

@@ -32,8 +32,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
+
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
-from rlvr.protocol.samples import MAX_TOKEN_ID, Sample, Scored, Verdict
+from rlvr.protocol.samples import MAX_INFO_BYTES, MAX_TOKEN_ID, Sample, Scored, Verdict
 from rlvr.protocol.tasks import SamplingParams, Task, VerifierSpec
 from rlvr.protocol.weights import WeightsAnnouncement
 
@@ -187,6 +189,12 @@ def _check_episode(s: Sample) -> None:
     _count("episode.transcript", len(e.transcript), 4 * MAX_TURNS)
     if sum(len(part) for pair in e.transcript for part in pair) > MAX_TEXT_CHARS:
         _fail(f"episode.transcript is more than {MAX_TEXT_CHARS} characters")
+    _count("episode.info", len(e.info), MAX_TURNS)
+    for i, info in enumerate(e.info):
+        if _depth(info, MAX_PARAMS_DEPTH) > MAX_PARAMS_DEPTH:
+            _fail(f"episode.info[{i}] nests deeper than {MAX_PARAMS_DEPTH} levels")
+        if len(msgspec.json.encode(info)) > MAX_INFO_BYTES + 64:  # the rollout's trim marker fits the slack
+            _fail(f"episode.info[{i}] is more than {MAX_INFO_BYTES} bytes of JSON")
 
 
 def check_task(task: Task) -> None:

@@ -7,8 +7,12 @@ it made any (their results are the next messages), else the environment's
 ``step`` answers it. It ends when a step says ``done`` (``done``), after the
 task's ``max_turns`` (``max_turns``), when the episode's token budget is
 spent (``token_budget``), when the environment fails or hangs (``env_error``,
-``env_timeout``), or when the chat template rewrote an earlier turn and the
-rollout was told to end there (``template_rewrite``). Every end is recorded
+``env_timeout``), when the chat template rewrote an earlier turn and the
+rollout was told to end there (``template_rewrite``), or when the
+conversation outgrew the engine's own prompt limit, ``max_prompt_tokens``,
+before the episode's budget was spent (``prompt_cap``). The last two are the
+rollout's cuts (``CUT_ENDS``), not the policy's: like the environment's
+failures, they are scored ``error`` and never trained. Every end is recorded
 in the sample's ``Episode``, with each turn's policy version, the
 environment's rewards, the tools' calls and errors, and the transcript.
 
@@ -29,9 +33,10 @@ import msgspec
 
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import Completion, Episode, Task, Turn
+from rlvr.protocol.samples import ENV_FAILURES
 from rlvr.protocol.tasks import EnvSpec
 from rlvr.rollout.engines.base import PromptTooLongError
-from rlvr.rollout.envs.base import AssistantTurn, EpisodeTask, check_messages, convert_params, tool_reply
+from rlvr.rollout.envs.base import AssistantTurn, EpisodeTask, check_messages, convert_params, recorded_info, tool_reply
 from rlvr.rollout.envs.registry import get_environment
 from rlvr.rollout.envs.runner import EnvThread, EnvTimeoutError
 from rlvr.rollout.tools import ToolFormat, call_tool, parse_tool_calls
@@ -127,6 +132,7 @@ class _State:
         self.environment = environment
         self.turns: list[Turn] = []
         self.rewards: list[float] = []
+        self.info: list[dict[str, Any]] = []  # each turn's StepResult.info ({} for a turn of tool calls)
         self.tool_calls: Counter[str] = Counter()
         self.tool_errors: Counter[str] = Counter()
         self.env_s = 0.0
@@ -151,8 +157,10 @@ async def _turns(engine, task: Task, index: int, spec: EnvSpec, settings: Episod
         try:
             with tracer().start_as_current_span("rollout.turn", attributes={"rlvr.turn": k, "rlvr.episode": index}):
                 group = await engine.generate_ids(tr.prompt_ids + tr.ids, 1, sampling)
-        except PromptTooLongError as e:
-            raise _Ended("token_budget", f"the conversation outgrew the engine's prompt limit: {e}") from None
+        except PromptTooLongError as e:  # the engine's limit, not the episode's budget: a cut, not an answer
+            raise _Ended("prompt_cap", f"turn {k}: the conversation ({e.n_tokens} tokens) outgrew the engine's "
+                                       f"max_prompt_tokens ({e.limit}) with {budget} of the episode's "
+                                       f"max_tokens ({spec.max_tokens}) left") from None
         gen = group.generations[0]
         start, end = tr.add_model_turn(gen.ids, gen.logprobs, gen.text)
         state.turns.append(Turn(start, end, group.weights_version_min))
@@ -163,11 +171,13 @@ async def _turns(engine, task: Task, index: int, spec: EnvSpec, settings: Episod
         if calls or problems:
             replies = await _run_tools(calls, problems, tools, settings, thread, state)
             state.rewards.append(0.0)
+            state.info.append({})
         else:
             turn = AssistantTurn(gen.text, k, [], gen.finish_reason)
             result = await _env_call(thread, lambda: env.step(turn), settings, state, f"step() of turn {k}")
             reward = _reward(result)
             state.rewards.append(reward)
+            state.info.append(recorded_info(result.info))
             if result.done:
                 raise _Ended("done")
             replies = _messages(result, k)
@@ -246,11 +256,12 @@ def _result(task: Task, tr: Transcript | None, state: _State) -> EpisodeResult:
         turn_rewards=state.rewards, env_reward=sum(state.rewards), tool_calls=dict(state.tool_calls),
         tool_errors=dict(state.tool_errors), env_s=round(state.env_s, 6), detail=state.detail,
         transcript=state.transcript, template_rewrites=tr.rewrites if tr is not None else 0,
+        info=state.info if any(state.info) else [],
     )
     if tr is None or not any(tr.mask):  # no turn of the policy's: nothing to train on
         return EpisodeResult(tr.prompt_ids if tr else [], Completion([], []), state.text, "abort", v_min, v_max,
                              episode)
-    finish = "abort" if state.end in ("env_error", "env_timeout") else state.finish
+    finish = "abort" if state.end in ENV_FAILURES else state.finish
     return EpisodeResult(tr.prompt_ids, Completion(tr.ids, tr.logprobs, tr.mask), state.text, finish, v_min, v_max,
                          episode)
 

@@ -11,8 +11,12 @@ calls are parsed from its turn in the format the model was trained on
   (Qwen2.5, Qwen3 and every Hermes-style template); several per turn;
 - ``llama3``: the turn is one JSON object ``{"name": ..., "parameters": {...}}``
   (optionally after ``<|python_tag|>``), as Llama 3.1's template asks;
-- ``plain``: a line ``name(argument)``, for tiny models that cannot write JSON:
-  the text between the parentheses is the tool's one string parameter.
+- ``plain``: for tiny models that cannot write JSON, a line that is nothing but
+  ``name(argument)``, ``name`` an identifier: the text between the first ``(``
+  and the last ``)`` is the tool's one parameter, as a string; several lines,
+  several calls. Such a line is a call whatever the name: one the environment
+  does not offer (a misspelling) is answered ``error: unknown tool ...``, never
+  passed to ``step`` as an answer. A name inside a sentence is no call.
 
 ``call_tool`` runs one call under a timeout and always returns a
 ``ToolResult``: the function's answer as text, or an error the model is told
@@ -120,8 +124,8 @@ def parse_tool_calls(text: str, fmt: ToolFormat, tools: dict[str, Tool]) -> tupl
             return [], []
         call, problem = _json_call(body, "parameters")
         return ([call], []) if call is not None else ([], [problem])
-    calls = [ToolCall(m.group(1), {"_": m.group(2)}, m.group(0).strip()) for m in _PLAIN.finditer(text)
-             if m.group(1) in tools]
+    # Every such line is a call: an unknown name gets call_tool's "unknown tool" error, as in JSON formats.
+    calls = [ToolCall(m.group(1), {"_": m.group(2)}, m.group(0).strip()) for m in _PLAIN.finditer(text)]
     return calls, []
 
 

@@ -27,6 +27,12 @@ what happens: ``keep`` (the default) goes on with the tokens the model actually
 conditioned on, which is the training-consistent history (what verl's agent
 loop and SkyRL do); ``end`` ends the episode there (``template_rewrite``).
 
+**Tools the template ignores.** A template without a tools branch (SmolLM2's)
+renders the prompt the same with and without ``tools=``: the model would never
+see the schemas. That is detected on the first such prompt and warned once per
+template (``chat_template_ignores_tools``), with the fix: describe the tools in a
+system message (``Transcript.tools_shown`` is False for such an episode).
+
 Not covered: parsing tool calls (``rlvr.rollout.tools``), the loop itself
 (``rlvr.rollout.episodes``).
 """
@@ -34,6 +40,11 @@ Not covered: parsing tool calls (``rlvr.rollout.tools``), the loop itself
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from rlvr.actors.logs import get_logger
+
+log = get_logger(__name__)
+_warned_tools_ignored: set[str] = set()  # the templates already warned about, once per process
 
 # The fixed history every delta is rendered against.
 _PROBE_USER = {"role": "user", "content": "."}
@@ -72,6 +83,21 @@ class HFChatCodec:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
 
+def _warn_tools_ignored(codec: ChatCodec, names: list[str]) -> None:
+    template = str(getattr(getattr(codec, "tokenizer", None), "chat_template", None) or type(codec).__name__)
+    if template in _warned_tools_ignored:
+        return
+    _warned_tools_ignored.add(template)
+    log.warning(
+        "chat_template_ignores_tools", tools=names,
+        detail="the model's chat template renders the prompt the same with and without `tools` (it has no tools "
+               "branch, like SmolLM2's), so the model is never shown the tools' schemas",
+        fix="describe the tools and how to call them in a system message yourself: learn.dataset.system_prompt, "
+            "or a system message from the environment's reset(); [rollout] tool_format = \"plain\" takes a line "
+            "`name(argument)` as a call; or use a model whose template renders tools (Qwen2.5, Qwen3, Llama 3.1)",
+    )
+
+
 class TemplateMissingError(ValueError):
     """The model has no chat template: its environment messages could not be written."""
 
@@ -89,6 +115,11 @@ class Transcript:
         self.messages = [dict(m) for m in messages]
         self.prompt_text = codec.render(self.messages, tools=self.tools, add_generation_prompt=True)
         self.prompt_ids = codec.encode(self.prompt_text)
+        # A template without a tools branch (SmolLM2's) renders the same text with or without them.
+        self.tools_shown = self.tools is None or self.prompt_text != codec.render(
+            self.messages, tools=None, add_generation_prompt=True)
+        if not self.tools_shown:
+            _warn_tools_ignored(codec, [t.get("function", t).get("name", "?") for t in self.tools or []])
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.mask: list[int] = []

@@ -75,3 +75,9 @@ def test_example_config_runs_a_few_steps(name, tiny, tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["samples_trained"] == 2 * 2 * 2
+    if name == "calculator.toml":  # what was trained can be read: an episode of the calculator, with its mask
+        shown = subprocess.run([sys.executable, "-m", "rlvr.cli", "samples", str(run_dir), "--limit", "4"],
+                               capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert shown.returncode == 0, shown.stderr
+        assert "episode    calc_env:Calculator" in shown.stdout and "turn 0 · policy v" in shown.stdout
+        assert "mask       1×" in shown.stdout

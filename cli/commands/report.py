@@ -197,7 +197,11 @@ def summarize(run_dir: Path) -> dict:
     ``reward_first`` / ``reward_last``, ``drops`` (samples by reason; an
     existing ``drops`` from the learner's final summary is kept),
     ``staleness_mean``, ``staleness_max``, ``zero_variance_share``,
-    ``tokens_per_s_mean``, ``pass_rate`` (by verifier, last step),
+    ``tokens_per_s_mean``, ``pass_rate`` (by verifier, over the run: the
+    ``run_pass_rate_<verifier>`` totals of the last record, or the last step's
+    rate for a run from before them; the learner's own end-of-run rates are
+    kept), ``episode_ends`` and ``tool_errors`` (a run of episodes: every
+    episode by end reason, tool errors by tool, dropped episodes too),
     ``verifier_outcomes`` (training samples by verdict outcome; the learner's
     own end-of-run count is kept like ``drops``). Every other key already in
     the file is kept.
@@ -214,8 +218,8 @@ def summarize(run_dir: Path) -> dict:
     computed = _from_metrics(metrics)
     # The learner's own end-of-run counts of drops and outcomes (learner_summary.json,
     # copied here by `up`) also cover groups received after the last step; keep them.
-    for key in ("drops", "verifier_outcomes", "samples"):
-        if isinstance(summary.get(key), dict):
+    for key in ("drops", "verifier_outcomes", "samples", "pass_rate", "episode_ends", "tool_errors"):
+        if isinstance(summary.get(key), dict) and (summary[key] or key not in ("pass_rate", "episode_ends")):
             computed.pop(key, None)
     summary.update(computed)
     path.write_text(json.dumps(summary, indent=2))
@@ -242,10 +246,16 @@ def _from_metrics(m: RunMetrics) -> dict:
         # drop_<reason> in a step record is the run's running total of samples.
         "drops": {k[len("drop_"):]: int(v) for k, v in totals.items() if k.startswith("drop_") and v},
         "zero_variance_share": last.get("zero_variance_share"),
-        "pass_rate": {k[len("pass_rate_"):]: v for k, v in last.items() if k.startswith("pass_rate_")},
+        # run_pass_rate_<verifier>: the run's rate over every real verdict (learner/tally.py); a run
+        # from before it has only the last step's pass_rate_<verifier>.
+        "pass_rate": _by_prefix(totals, "run_pass_rate_", float)
+        or {k[len("pass_rate_"):]: v for k, v in last.items() if k.startswith("pass_rate_")},
         # outcome_<name> in a step record is the run's running total of training samples.
         "verifier_outcomes": {k[len("outcome_"):]: int(v) for k, v in totals.items() if k.startswith("outcome_")},
     }
+    if ends := _by_prefix(totals, "run_episode_end_", int):  # a run of episodes: every end, dropped ones too
+        out["episode_ends"] = ends
+        out["tool_errors"] = _by_prefix(totals, "run_tool_errors_", int)
     if "scored" in totals:
         out["samples"] = {k: int(totals[k]) for k in ("scored", "trained", "dropped", "in_flight", "copies") if k in totals}
     for key, name, fn in (("staleness_mean", "staleness_mean", statistics.fmean),
@@ -256,6 +266,10 @@ def _from_metrics(m: RunMetrics) -> dict:
         _, ys = _series(steps, key)
         out[name] = round(fn(ys), 4) if ys else None
     return out
+
+
+def _by_prefix(rec: dict, prefix: str, cast) -> dict:
+    return {k[len(prefix):]: cast(v) for k, v in sorted(rec.items()) if k.startswith(prefix)}
 
 
 def _pass_at(e: dict) -> dict:
@@ -283,6 +297,7 @@ def format_report(s: dict) -> str:
         ("reward first -> last", f"{num(s.get('reward_first'))} -> {num(s.get('reward_last'))}"),
         ("pass rate by verifier",
          ", ".join(f"{k}={pct(v)}" for k, v in sorted((s.get("pass_rate") or {}).items())) or "n/a"),
+        *_episode_rows(s),
         ("verifier outcomes",
          ", ".join(f"{k}={v}" for k, v in (s.get("verifier_outcomes") or {}).items()) or "n/a"),
         ("steps / samples trained", f"{s.get('steps', 'n/a')} / {s.get('samples_trained', 'n/a')}"),
@@ -297,13 +312,29 @@ def format_report(s: dict) -> str:
     ]
     rows.append(("time to gain", _gain(s)))
     if s.get("alarm_counts"):
-        rows.append(("alarms raised", ", ".join(f"{k}={v}" for k, v in sorted(s["alarm_counts"].items()))))
+        held = s.get("alarm_seconds") or {}
+        rows.append(("alarms raised", ", ".join(
+            f"{k}={v}" + (f" (held {held[k]:.0f} s)" if isinstance(held.get(k), (int, float)) else "")
+            for k, v in sorted(s["alarm_counts"].items()))))
     for key, label in (("engine", "engine"), ("wall_seconds", "wall seconds")):
         if key in s:
             rows.append((label, str(s[key])))
     rows += [("ALARM", alarm) for alarm in s.get("alarms") or []]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def _episode_rows(s: dict) -> list[tuple[str, str]]:
+    """A run of episodes: how its episodes ended, and its tools' errors (none for single completions)."""
+    ends = s.get("episode_ends") or {}
+    if not ends:
+        return []
+    rows = [("episode ends", ", ".join(f"{k}={v}" for k, v in sorted(ends.items(), key=lambda kv: -kv[1])))]
+    errors = s.get("tool_errors") or {}
+    rows.append(("tool errors", ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"))
+    if isinstance(s.get("template_rewrites"), int):
+        rows.append(("template rewrites", str(s["template_rewrites"])))
+    return rows
 
 
 def _gain(s: dict) -> str:

@@ -72,12 +72,11 @@ def format_record(rec: dict) -> str:
             lines.append(f"  {ex.get('outcome')} reward {ex.get('reward')}: {ex.get('completion', '')!r}"
                          f" -> extracted {ex.get('extracted')!r} ({ex.get('detail', '')})")
         return "\n".join(lines)
+    if rec.get("event") == "alarm_cleared":
+        who = f" ({rec['verifier']})" if rec.get("verifier") else ""
+        return f"[alarm cleared] {rec.get('kind')}{who} after {float(rec.get('seconds') or 0):.0f}s"
     if rec.get("event") == "progress":
-        drops = "  ".join(f"{k.removeprefix('drop_')}={int(v)}" for k, v in sorted(rec.items())
-                          if k.startswith("drop_") and v)
-        return (f"[waiting] no step for {rec.get('seconds_since_step', 0):.0f}s: {rec.get('groups_seen', 0)} groups "
-                f"scored, {rec.get('groups_kept', 0)} kept; samples scored {rec.get('scored', 0)}, trained "
-                f"{rec.get('trained', 0)}, in flight {rec.get('in_flight', 0)}; dropped: {drops or 'none'}")
+        return "[waiting] " + format_progress(rec)
     if rec.get("event") == "eval":
         ks = "  ".join(f"{k}={rec[k]:.3f}" for k in sorted(rec) if k.startswith("pass_at_"))
         return f"[eval {rec['label']}] step {rec.get('step', 0)}  {ks}  prompts={rec['prompts']} missing={rec['missing']}"
@@ -89,6 +88,40 @@ def format_record(rec: dict) -> str:
         if key in rec:
             parts.append(fmt.format(rec[key]))
     return "  ".join(parts)
+
+
+def format_progress(rec: dict, episodes: bool = True) -> str:
+    """A progress record (no step for a while): what was scored, and why it was dropped, naming
+    what the failed verifications were (``verify_failed=5 (timeout=4, error=1)``)."""
+    drops = "  ".join(f"{k.removeprefix('drop_')}={int(v)}{_failed_by(rec) if k == 'drop_verify_failed' else ''}"
+                      for k, v in sorted(rec.items()) if k.startswith("drop_") and v)
+    ends = episode_ends(rec) if episodes else ""
+    return (f"no step for {rec.get('seconds_since_step', 0):.0f}s: {rec.get('groups_seen', 0)} groups "
+            f"scored, {rec.get('groups_kept', 0)} kept; samples scored {rec.get('scored', 0)}, trained "
+            f"{rec.get('trained', 0)}, in flight {rec.get('in_flight', 0)}; dropped: {drops or 'none'}"
+            + (f"; episodes ended: {ends}" if ends else ""))
+
+
+# The verdict outcomes a verify_failed drop is made of (rlvr.learner.groups.VERIFY_FAILED).
+_VERIFY_FAILED = ("timeout", "sandbox_error", "error")
+
+
+def _failed_by(rec: dict) -> str:
+    """What the failed verifications were, from the run's outcome totals: `` (timeout=3, error=1)``."""
+    parts = [f"{o}={int(rec[f'outcome_{o}'])}" for o in _VERIFY_FAILED if rec.get(f"outcome_{o}")]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def episode_ends(rec: dict) -> str:
+    """A record's run totals of episode ends, tool errors and template rewrites, in one line
+    (empty for a run without episodes)."""
+    ends = sorted(((k.removeprefix("run_episode_end_"), int(v)) for k, v in rec.items()
+                   if k.startswith("run_episode_end_") and v), key=lambda kv: -kv[1])
+    if not ends:
+        return ""
+    errors = sum(int(v) for k, v in rec.items() if k.startswith("run_tool_errors_"))
+    return (" ".join(f"{k}={v}" for k, v in ends) + f"  tool errors {errors}"
+            f"  template rewrites {int(rec.get('run_template_rewrites', 0))}")
 
 
 def format_summary(s: dict) -> str:

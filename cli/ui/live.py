@@ -7,6 +7,8 @@ One compact panel, redrawn on every ``tick`` of the launcher:
   ``learn.steps`` from ``<run_dir>/config.json``);
 - the policy version, the current reward and the last held-out pass@1
   (from the learner's ``metrics.jsonl``);
+- for a run of episodes, how they ended over the run (every end reason,
+  dropped episodes too), the tools' errors and the template rewrites;
 - one row per replica: state, policy version, work in flight and throughput
   (from heartbeats), or the process state while none has been heard;
 - queue depths: messages per stream, and lag / unacked per durable consumer;
@@ -43,7 +45,7 @@ from rich.text import Text
 
 from rlvr.cli.commands.status import DURABLES as QUEUES
 from rlvr.cli.commands.status import ConsumerStatus, StatusSnapshot, StreamStatus, autoscale_summary
-from rlvr.cli.ui.display import PlainDisplay, format_record, format_summary
+from rlvr.cli.ui.display import PlainDisplay, episode_ends, format_progress, format_record, format_summary
 
 
 @dataclass
@@ -67,6 +69,7 @@ class LiveState:
     processes: list[tuple[str, str, str]] = field(default_factory=list)
     status: StatusSnapshot | None = None  # the last collect_status result
     alarms: dict[str, str] = field(default_factory=dict)  # kind/verifier -> message, from metrics.jsonl
+    episodes: str = ""  # the run's episode ends, tool errors and template rewrites (display.episode_ends)
     waiting: str = ""  # the last progress line while no step comes
     status_error: str = ""
 
@@ -86,8 +89,12 @@ class LiveState:
         if rec.get("event") == "alarm":
             self.alarms[f"{rec.get('kind')}/{rec.get('verifier')}"] = str(rec.get("message", ""))
             return
+        if rec.get("event") == "alarm_cleared":
+            self.alarms.pop(f"{rec.get('kind')}/{rec.get('verifier')}", None)
+            return
+        self.episodes = episode_ends(rec) or self.episodes  # step and progress records carry the run totals
         if rec.get("event") == "progress":
-            self.waiting = format_record(rec).removeprefix("[waiting] ")
+            self.waiting = format_progress(rec, episodes=False)  # the panel shows them on a line of their own
             return
         if rec.get("event") == "eval":
             self.eval_labels.add(str(rec.get("label", "")))
@@ -208,6 +215,8 @@ def render_panel(s: LiveState, progress: Progress) -> Panel:
     parts = [progress, _headline(s), _replica_table(s), _queues(s), *_autoscale(s)]
     if s.evaluating:
         parts.insert(2, Text(f"held-out evaluation {s.evaluating} ...", style="cyan"))
+    if s.episodes:
+        parts.insert(2, Text("episodes ended  ", style="dim").append(s.episodes))
     if s.waiting:
         parts.append(Text(f"waiting: {s.waiting}", style="yellow"))
     parts += [Text(f"ALARM {message}", style="bold red") for message in s.alarms.values()]

@@ -3,7 +3,10 @@
 Arithmetic wants one token per character (a BPE tokenizer would merge digits
 into numbers and hide the structure the model has to learn). The vocabulary
 is PAD, EOS, the ten digits and ``+ - * =``, padded with unused tokens to 64
-ids (vLLM's CPU kernels like round sizes). The model is a random-init Qwen2,
+ids (vLLM's CPU kernels like round sizes). Any other character is refused, never
+dropped: the tokenizer has no unknown token, so encoding "higher" fails wherever
+the folder is loaded, and ``check_encodable`` names the characters before a run
+(the warm-up checks every task it will use). The model is a random-init Qwen2,
 d=128, 3 layers, 4 heads (head size 32, one vLLM's CPU attention accepts):
 about 0.8M parameters (the shape of the experiment docs/design.md reports). Both
 transformers and vLLM load the saved folder offline.
@@ -28,6 +31,10 @@ from pathlib import Path
 
 CHARS = "0123456789+-*="
 PAD, EOS = "<pad>", "<eos>"
+# The unknown-token name the tokenizer is built with, deliberately not in its vocabulary: any other
+# character makes encoding fail ("WordLevel error: Missing [UNK] token"), in every process that loads
+# the folder (transformers, vLLM), rather than becoming a pad token the model never sees as text.
+_NO_UNKNOWN = "<no-unknown-characters>"
 VOCAB_SIZE = 64
 # The multi-turn examples' chat template (examples/calculator.toml): every message is
 # its content, an assistant turn ends with EOS, and there is no generation prompt, so
@@ -38,13 +45,33 @@ CHAT_TEMPLATE = (
 )
 
 
+class CharsNotEncodableError(ValueError):
+    """Text with characters the character tokenizer has no token for (it encodes only ``CHARS``)."""
+
+
+def unencodable(text: str) -> list[str]:
+    """The characters of ``text`` the tokenizer cannot encode, each once, in order (PAD and EOS are tokens)."""
+    rest = text.replace(PAD, "").replace(EOS, "")
+    return list(dict.fromkeys(c for c in rest if c not in CHARS))
+
+
+def check_encodable(text: str, where: str = "text") -> None:
+    """Refuse, naming the characters, text the tokenizer would refuse with its own terse error."""
+    bad = unencodable(text)
+    if bad:
+        raise CharsNotEncodableError(
+            f"{where} {text[:80]!r} has characters the built-in example's character tokenizer cannot encode: "
+            f"{' '.join(map(repr, bad))} (it encodes only {CHARS!r}); its tasks must be bare arithmetic "
+            f"such as '37+45=' (prompt_style = \"bare\")")
+
+
 def build_tokenizer(chat: bool = False):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {PAD: 0, EOS: 1, **{c: i + 2 for i, c in enumerate(CHARS)}}
     vocab.update({f"<unused{i}>": i for i in range(len(vocab), VOCAB_SIZE)})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=_NO_UNKNOWN))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, padding_side="left")

@@ -70,6 +70,9 @@ def prepare_tiny_arithmetic(cfg: PrepareView, run_dir: Path, log=print) -> dict:
     if p.sft_ops:  # the warm-up's own problems (the calculator example warms up on +/-, learns on products)
         dataset = msgspec.structs.replace(dataset, ops=p.sft_ops, env=None)
     splits = load_splits(dataset, seed=cfg.seed)
+    for checked in (splits, load_splits(cfg.learn.dataset, seed=cfg.seed) if p.sft_ops else None):
+        if checked is not None:  # the character tokenizer refuses letters: say so now, not mid-run
+            check_tasks_encodable([*checked.train, *checked.heldout])
     golds = lambda specs: [s.reference for s in specs]  # noqa: E731
     check = splits.heldout[: p.sft_check_prompts]
     engine = LearnerEngine(
@@ -107,6 +110,17 @@ def prepare_tiny_arithmetic(cfg: PrepareView, run_dir: Path, log=print) -> dict:
     }
     (run_dir / "prepared.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def check_tasks_encodable(specs: list) -> None:
+    """Every prompt and reference is text the character tokenizer encodes (``CharsNotEncodableError`` naming
+    the task and the characters, e.g. for ``prompt_style = "chat"``, whose question has letters)."""
+    from rlvr.learner.example.arith_model import check_encodable
+
+    for s in specs:
+        texts = [s.prompt] if isinstance(s.prompt, str) else [m.content for m in s.prompt]
+        for text in (*texts, s.reference):
+            check_encodable(text, f"{s.dataset} task {s.index}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,8 +82,37 @@ class StepResult(Struct, frozen=True):
     # The environment's reward for this step (added up over the episode).
     reward: float = 0.0
     done: bool = False
-    # Anything worth keeping in the episode's record (shown in traces, not trained on).
+    # Anything worth keeping in the episode's record (``Episode.info``, one dict per turn: what
+    # `rlvr-actor samples` shows); plain JSON, trimmed past MAX_INFO_BYTES; never trained on.
     info: dict[str, Any] = {}
+
+
+def recorded_info(info: Any) -> dict[str, Any]:
+    """``StepResult.info`` as the episode records it: plain JSON (anything else as its ``repr``),
+    nested at most 16 deep and at most ``MAX_INFO_BYTES`` of it; past that, the start of its JSON
+    under ``"truncated"``. Never raises: an environment's careless info costs it its info only."""
+    from rlvr.protocol.samples import MAX_INFO_BYTES
+
+    if not info:
+        return {}
+    try:
+        raw = msgspec.json.encode(info if isinstance(info, dict) else {"info": info}, enc_hook=repr)
+        out = msgspec.json.decode(raw)
+    except Exception as e:  # non-string keys, a repr that raises, nesting past the encoder's limit
+        return {"unrecordable": f"{type(e).__name__}: {e}"[:200]}
+    if len(raw) <= MAX_INFO_BYTES and _depth(out) <= 16:
+        return out
+    # Half the budget: escaping the JSON text as a string at most doubles it.
+    return {"truncated": raw[: MAX_INFO_BYTES // 2].decode("utf-8", errors="ignore"), "bytes": len(raw)}
+
+
+def _depth(x: Any, limit: int = 16) -> int:
+    """Nesting depth of decoded JSON, level by level (no recursion), stopping past ``limit``."""
+    depth, level = 0, [x] if isinstance(x, (dict, list)) else []
+    while level and depth <= limit:
+        depth += 1
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, (dict, list))]
+    return depth
 
 
 class Environment:
@@ -147,4 +176,4 @@ def convert_params(cls: type[Environment], params: dict[str, Any]) -> Any:
 
 
 __all__ = ["AssistantTurn", "Environment", "EpisodeTask", "Message", "NoParams", "StepResult", "check_messages",
-           "convert_params", "tool_reply", "user"]
+           "convert_params", "recorded_info", "tool_reply", "user"]

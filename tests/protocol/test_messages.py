@@ -77,6 +77,44 @@ def test_a_single_turn_sample_of_before_episodes_decodes_as_an_episode_of_one_tu
     assert sample.completion.policy_tokens() == len(sample.completion.ids)
 
 
+def test_an_episode_of_before_info_decodes_and_one_with_info_round_trips():
+    new = make_episode_sample()
+    new = msgspec.structs.replace(new, episode=msgspec.structs.replace(new.episode, info=[{}, {"asked": True}]))
+    old = msgspec.to_builtins(new)
+    del old["episode"]["info"]  # a rollout of before StepResult.info was recorded
+    assert decode(msgspec.msgpack.encode(old), Sample).episode.info == []
+    assert decode(encode(new), Sample).episode.info == [{}, {"asked": True}]
+    check_sample(new)
+
+
+def test_an_environment_s_info_is_recorded_as_bounded_json_never_as_an_error():
+    from rlvr.protocol.samples import MAX_INFO_BYTES
+    from rlvr.rollout.envs.base import recorded_info
+
+    assert recorded_info({"asked": True, "seen": [1, 2]}) == {"asked": True, "seen": [1, 2]}
+    assert recorded_info({"obj": object})["obj"].startswith("<class")  # not JSON: its repr
+    huge = recorded_info({"log": "x" * 100_000})
+    assert len(msgspec.json.encode(huge)) <= MAX_INFO_BYTES + 64 and huge["bytes"] > 100_000
+    deep: dict = {}
+    cur = deep
+    for _ in range(40):
+        cur["a"] = cur = {}
+    assert set(recorded_info(deep)) == {"truncated", "bytes"}
+    assert recorded_info({(1, 2): 3}) == {"(1, 2)": 3}  # a key JSON cannot have: its repr
+
+    class Hostile:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+    assert recorded_info({"x": Hostile()}) == {"unrecordable": "RuntimeError: no"}
+    good = make_episode_sample()
+    r = msgspec.structs.replace
+    for info, says in [([{"log": "x" * (MAX_INFO_BYTES + 100)}], "episode.info.0. is more than"),
+                       ([deep], "episode.info.0. nests deeper"), ([{}] * 300, "episode.info has 300 entries")]:
+        with pytest.raises(MessageInvalidError, match=says):
+            check_sample(r(good, episode=r(good.episode, info=info)))
+
+
 def test_an_episode_sample_is_checked_turn_by_turn():
     good = make_episode_sample()
     check_sample(good)

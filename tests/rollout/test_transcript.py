@@ -71,3 +71,22 @@ def test_tool_results_are_appended_as_the_template_s_delta_with_the_tools_offere
     assert t.add_env_messages([{"role": "tool", "content": "5", "name": "calc"}]) is False
     assert "5" in tok.decode([i for i, m in zip(t.ids, t.mask) if m == 0])  # the result, masked
     assert t.extends()  # the tokens equal the template's render of the call and its result
+
+
+def test_a_template_without_a_tools_branch_is_warned_about_once_with_the_fix():
+    from structlog.testing import capture_logs
+
+    from rlvr.rollout import transcript
+
+    tools = [{"type": "function", "function": {"name": "calc", "description": "Evaluate arithmetic.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    transcript._warned_tools_ignored.clear()
+    with capture_logs() as logs:
+        smol = [Transcript(HFChatCodec(chat_tokenizer("smollm2")), PROMPT, tools) for _ in range(2)]
+        qwen = Transcript(HFChatCodec(chat_tokenizer("qwen2.5")), PROMPT, tools)
+        plain = Transcript(HFChatCodec(chat_tokenizer("smollm2")), PROMPT)  # no tools: nothing to warn about
+    assert [t.tools_shown for t in smol] == [False, False] and "calc" not in smol[0].prompt_text
+    assert qwen.tools_shown and plain.tools_shown
+    (warned,) = [e for e in logs if e["event"] == "chat_template_ignores_tools"]
+    assert warned["log_level"] == "warning" and warned["tools"] == ["calc"]
+    assert "system_prompt" in warned["fix"] and 'tool_format = "plain"' in warned["fix"]
