@@ -8,11 +8,12 @@ import msgspec
 
 from rlvr.learner.alarm_edges import AlarmEdges
 from rlvr.learner.alarms import Alarm, AlarmConfig, SignalWatch
-from rlvr.learner.groups import Group, filter_group
+from rlvr.learner.groups import Group
 from rlvr.learner.step_alarms import StepAlarmConfig, StepWatch
 from rlvr.protocol import Verdict
 from rlvr.protocol.samples import Episode, Turn
 from tests.factories import make_scored
+from tests.learner.test_alarms import _feed
 
 
 def _steps(watch: StepWatch, entropies: list[float]) -> tuple[list, list]:
@@ -64,14 +65,6 @@ def _group(k: int, rewards: list[float], outcome: str, episode_end: str | None =
         verdict = Verdict(r, outcome if r == 0 else "ok", "code", {"accuracy": r})  # type: ignore[arg-type]
         members.append((i, msgspec.structs.replace(sc, sample=sample, verdict=verdict)))
     return Group(f"t-t{k}", len(rewards), members, 0.0)
-
-
-def _feed(watch: SignalWatch, groups: list[Group], now: float = 1.0) -> list:
-    raised = []
-    for g in groups:
-        result = filter_group(g, current_version=0, max_staleness=1, dynamic_sampling=True, zero_variance_eps=0.0)
-        raised += watch.group(g, result, now=now)
-    return raised
 
 
 def test_a_verifier_that_mostly_times_out_raises_verifier_failing_naming_timeouts():

@@ -11,11 +11,10 @@ import anyio
 from rlvr.protocol import SamplingParams, Task, VerifierSpec
 from rlvr.protocol.tasks import EnvSpec
 from rlvr.rollout.builtin_tools import calculator
-from rlvr.rollout.engines.base import Generation, GroupResult
-from rlvr.rollout.engines.trivial import ByteChatCodec
 from rlvr.rollout.envs.registry import load_environments
 from rlvr.rollout.episodes import EpisodeSettings, run_episode
 from rlvr.rollout.tools import call_tool, parse_tool_calls
+from tests.rollout.test_episodes import ScriptedEngine
 
 load_environments(["tests.env_fixtures:ToolBoxEnv"])
 TOOLS = {calculator.name: calculator}
@@ -34,20 +33,6 @@ def test_an_unknown_tool_name_gets_the_documented_error():
     (call,), _ = parse_tool_calls("calculater(37*8)", "plain", TOOLS)
     result = anyio.run(call_tool, TOOLS, call, 5.0)
     assert result.content == "error: unknown tool 'calculater' (tools: calculator)" and result.error
-
-
-class ScriptedEngine:
-    def __init__(self, turns: list[str]) -> None:
-        self.turns, self.weights_version, self.prompts = list(turns), 0, []
-
-    def chat_codec(self):
-        return ByteChatCodec()
-
-    async def generate_ids(self, prompt_ids, n, sampling):
-        self.prompts.append(bytes(prompt_ids).decode())
-        text = self.turns.pop(0)
-        ids = list(text.encode())
-        return GroupResult(list(prompt_ids), [Generation(ids, [-0.5] * len(ids), text, "stop")], 0, 0)
 
 
 def test_in_an_episode_a_misspelled_call_is_told_and_counted_and_does_not_reach_step():
