@@ -1,6 +1,6 @@
 """Weights by collective: the wire both ends of the ``"nccl"`` transport share.
 
-The learner (``rlvr.learner.collective``, rank 0 of every group) and each rollout
+The learner (``rlvr.learner.weights.collective``, rank 0 of every group) and each rollout
 replica (``rlvr.rollout.collective``, rank 1) speak this, over ``torch.distributed``
 used directly: never the default process group (the learner's DeepSpeed may own it).
 

@@ -75,7 +75,7 @@ def load_recipe(args: argparse.Namespace):
 
 class Recipe:
     def __init__(self, cfg, out: Path, eval_every: int) -> None:
-        from rlvr.learner.datasets import load_splits
+        from rlvr.learner.data.datasets import load_splits
 
         self.cfg, self.out, self.eval_every = cfg, out, eval_every
         out.mkdir(parents=True, exist_ok=True)
@@ -143,8 +143,8 @@ class Recipe:
         from transformers import AutoTokenizer
 
         from rlvr.learner.algos.advantages import compute_advantages
-        from rlvr.learner.batching import TrainBatchItem
-        from rlvr.learner.engine import LearnerEngine
+        from rlvr.learner.train.batching import TrainBatchItem
+        from rlvr.learner.train.engine import LearnerEngine
 
         learn = self.cfg.learn
         engine_cfg = msgspec.structs.replace(learn.engine, model_path=str(model_path))

@@ -1,6 +1,6 @@
 """Learner peak memory and tokens/s of the log-prob path: full-vocabulary
 logits (the old path) against log-probs chunked over tokens
-(learner/token_logprobs.py).
+(learner/train/token_logprobs.py).
 
 One measurement is one forward + backward of what ``train_step`` does per
 micro-batch: the model's forward, log-probs and entropy at temperature T,
@@ -72,7 +72,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.learner.token_logprobs import full_logits_logprobs, token_logprobs
+    from rlvr.learner.train.token_logprobs import full_logits_logprobs, token_logprobs
 
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32

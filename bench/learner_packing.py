@@ -56,7 +56,7 @@ def build_model(out: Path, args: argparse.Namespace) -> None:
 def make_batch(args: argparse.Namespace):
     import torch
 
-    from rlvr.learner.batching import TrainBatchItem
+    from rlvr.learner.train.batching import TrainBatchItem
 
     gen = torch.Generator().manual_seed(1)
     items = []
@@ -77,7 +77,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     """A warm-up step, then ``args.steps`` timed steps, in this (fresh) process."""
     import torch
 
-    from rlvr.learner.engine import LearnerEngine
+    from rlvr.learner.train.engine import LearnerEngine
     from rlvr.learner.engine_config import TrainEngineConfig
 
     engine = LearnerEngine(TrainEngineConfig(

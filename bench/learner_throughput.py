@@ -43,7 +43,7 @@ def build_model(out: Path, args: argparse.Namespace) -> Path:
 def make_batch(args: argparse.Namespace):
     import torch
 
-    from rlvr.learner.batching import TrainBatchItem
+    from rlvr.learner.train.batching import TrainBatchItem
 
     gen = torch.Generator().manual_seed(1)
     items = []
@@ -78,7 +78,7 @@ class PlainTorchTrainer:
         import torch
 
         from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
-        from rlvr.learner.batching import micro_batches
+        from rlvr.learner.train.batching import micro_batches
 
         cfg = self.cfg
         mbs = micro_batches(items, cfg.micro_batch_tokens, 0)
@@ -143,7 +143,7 @@ def main() -> None:
         params = sum(p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(model_dir).parameters())
         base = dict(model_path=str(model_dir), micro_batch_tokens=args.micro_batch_tokens,
                     optimizer=OptimizerConfig(lr=1e-5), grad_clip=1.0)
-        from rlvr.learner.engine import LearnerEngine
+        from rlvr.learner.train.engine import LearnerEngine
 
         trainers = {"plain torch": PlainTorchTrainer(model_dir, TrainEngineConfig(**base, zero_stage=0))}
         for stage in (0, 2):

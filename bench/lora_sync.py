@@ -37,7 +37,7 @@ import anyio
 def _batch(n: int, length: int, vocab: int):
     import torch
 
-    from rlvr.learner.engine import TrainBatchItem
+    from rlvr.learner.train.engine import TrainBatchItem
 
     g = torch.Generator().manual_seed(0)
     return [
@@ -78,7 +78,7 @@ async def _measure(args: argparse.Namespace) -> dict:
     from transformers import AutoConfig
 
     from rlvr.cli.natsserver import NatsServer
-    from rlvr.learner.engine import LearnerEngine
+    from rlvr.learner.train.engine import LearnerEngine
     from rlvr.learner.engine_config import LoraConfig, OptimizerConfig, TrainEngineConfig
     from rlvr.rollout.engines import HFEngineConfig, VLLMEngineConfig, make_engine
 

@@ -72,8 +72,8 @@ LABEL_BY = "math verifier, boxed route"
 
 def reasoning_gym_specs(per_task: int) -> list[Any]:
     """The first ``per_task`` training specs of each task, in task order."""
-    from rlvr.learner.dataset_config import ReasoningGymDataset, ReasoningGymTask
-    from rlvr.learner.datasets import load_splits
+    from rlvr.learner.data.dataset_config import ReasoningGymDataset, ReasoningGymTask
+    from rlvr.learner.data.datasets import load_splits
 
     cfg = ReasoningGymDataset(
         tasks=[ReasoningGymTask(t) for t in RG_TASKS], size=400, holdout=0, answer_format="answer_tag"

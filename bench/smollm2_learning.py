@@ -82,8 +82,8 @@ def version_minutes(run: Path, version: int) -> float:
 
 async def evaluate(args: argparse.Namespace) -> list[dict]:
     from rlvr.cli.run_config import load_config
-    from rlvr.learner.datasets import load_splits
-    from rlvr.learner.passk import mean_pass_at_k
+    from rlvr.learner.data.datasets import load_splits
+    from rlvr.learner.watch.passk import mean_pass_at_k
     from rlvr.protocol.tasks import SamplingParams
     from rlvr.rollout.engines.base import VLLMEngineConfig
     from rlvr.rollout.engines.vllm import VLLMEngine
@@ -155,7 +155,7 @@ async def evaluate(args: argparse.Namespace) -> list[dict]:
 def rescore(args: argparse.Namespace) -> str:
     """Each dumped version's samples (``--completions``) scored again with the run's reward as it reads now."""
     from rlvr.cli.run_config import load_config
-    from rlvr.learner.datasets import load_splits
+    from rlvr.learner.data.datasets import load_splits
     from rlvr.verify.registry import resolve
 
     folder = Path(args.rescore)

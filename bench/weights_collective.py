@@ -83,9 +83,9 @@ async def _until(pred, timeout_s: float, what: str):
 async def _bench(transport: str, args, url: str, model: Path, versions, work: Path) -> list[float]:
     from rlvr.actors.bus import Bus
     from rlvr.actors.config import BusConfig, NatsConfig
-    from rlvr.learner.collective import CollectiveHost
+    from rlvr.learner.weights.collective import CollectiveHost
     from rlvr.learner.config import CollectiveConfig
-    from rlvr.learner.publish import publish_weights
+    from rlvr.learner.weights.publish import publish_weights
     from rlvr.protocol import RunNames
 
     out = work / f"replica-{transport}"

@@ -94,11 +94,11 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
     # runs the learner actor, the others follow its engine commands, without NATS.
     multirank = role == "learn" and int(os.environ.get("WORLD_SIZE", "1")) > 1
     if multirank and int(os.environ.get("RANK", "0")) != 0:
-        from rlvr.learner.ranks import run_follower
+        from rlvr.learner.train.ranks import run_follower
 
         return run_follower()
     if multirank:
-        from rlvr.learner.ranks import lead
+        from rlvr.learner.train.ranks import lead
 
         lead()  # join the followers now: they wait on rank 0 from their start
     run_dir = os.environ.get("RLVR_RUN_DIR")
@@ -127,7 +127,7 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
         return 1
     finally:
         if multirank:
-            from rlvr.learner.ranks import release_followers
+            from rlvr.learner.train.ranks import release_followers
 
             release_followers(ok, reason="learner done" if ok else "learner failed")
         shutdown_tracing()

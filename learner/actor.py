@@ -13,7 +13,7 @@ Exactly-once: a sample counts as consumed only when the checkpoint that
 covers its fate (trained or dropped) is committed. Recovery does not rest on
 acks: SCORED keeps its messages (limits retention), and after a crash the
 learner recreates its consumer at the checkpointed sequence floor and skips
-the ids the checkpoint lists (``rlvr.learner.ledger``). So a message is held
+the ids the checkpoint lists (``rlvr.learner.custody.ledger``). So a message is held
 (``Hold``) only while its sample is pending, in a group being assembled or a
 batch not yet trained, and acked as soon as its fate is settled; the acks
 bound what JetStream redelivers, nothing more. Without ``[learn.engine]`` the
@@ -38,30 +38,30 @@ from rlvr.actors.logs import get_logger
 from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import remote_span_context, tracer
-from rlvr.learner.alarm_edges import AlarmCleared
-from rlvr.learner.alarms import Alarm, SignalWatch
-from rlvr.learner.history import PromptHistory, read_selection, subset
-from rlvr.learner.step_alarms import StepWatch
-from rlvr.learner.checkpoint import CheckpointStore, LearnerState
-from rlvr.learner.custody import Custody, span_links
+from rlvr.learner.watch.alarm_edges import AlarmCleared
+from rlvr.learner.watch.alarms import Alarm, SignalWatch
+from rlvr.learner.data.history import PromptHistory, read_selection, subset
+from rlvr.learner.watch.step_alarms import StepWatch
+from rlvr.learner.custody.checkpoint import CheckpointStore, LearnerState
+from rlvr.learner.custody.custody import Custody, span_links
 from rlvr.learner.config import LearnConfig, train_dataset
-from rlvr.learner.datasets import load_splits
-from rlvr.learner.eval_rounds import Evaluator
-from rlvr.learner.feeder import Feeder
-from rlvr.learner.groups import Group, GroupAssembler, filter_group, judged
-from rlvr.learner.lease import LearnerLease
-from rlvr.learner.metrics import MetricsWriter, batch_metrics, write_json_atomic, write_jsonl
-from rlvr.learner.records import StepRecord, first_gain
-from rlvr.learner.rollout_versions import RolloutVersions
-from rlvr.learner.sample_dump import SampleDump
-from rlvr.learner.tally import RunTally
+from rlvr.learner.data.datasets import load_splits
+from rlvr.learner.watch.eval_rounds import Evaluator
+from rlvr.learner.data.feeder import Feeder
+from rlvr.learner.custody.groups import Group, GroupAssembler, filter_group, judged
+from rlvr.learner.custody.lease import LearnerLease
+from rlvr.learner.watch.metrics import MetricsWriter, batch_metrics, write_json_atomic, write_jsonl
+from rlvr.learner.watch.records import StepRecord, first_gain
+from rlvr.learner.weights.rollout_versions import RolloutVersions
+from rlvr.learner.watch.sample_dump import SampleDump
+from rlvr.learner.watch.tally import RunTally
 from rlvr.protocol import OUTCOMES, Scored, decode
 from rlvr.protocol.subjects import KV_CONFIG, KV_LEARNER
 from rlvr.protocol.validate import MessageInvalidError, check_token_ids_in_vocab
 
 if TYPE_CHECKING:
-    from rlvr.learner.collective import CollectiveHost
-    from rlvr.learner.trainer import Trainer
+    from rlvr.learner.weights.collective import CollectiveHost
+    from rlvr.learner.train.trainer import Trainer
 
 log = get_logger("rlvr.learner")
 
@@ -88,7 +88,7 @@ class LearnActor:
         self.assembler = GroupAssembler(cfg.group_timeout_s)
         self._expired_at = 0.0  # stream time of the last expiry pass
         self._step_lock = anyio.Lock()  # one optimizer step, or one checkpoint taken while idle, at a time
-        # Says early when the reward carries no signal (learner/alarms.py).
+        # Says early when the reward carries no signal (learner/watch/alarms.py).
         self.watch = SignalWatch(cfg.alarms)
         self.step_watch = StepWatch(cfg.alarms.steps)
         # Episode ends, tool errors and the pass rate by verifier over every training group.
@@ -127,7 +127,7 @@ class LearnActor:
         if cfg.train_subset:  # a selection (`rlvr-actor select`): only those prompts, drawn again and again
             splits = msgspec.structs.replace(splits, train=subset(splits.train, read_selection(cfg.train_subset)))
         if cfg.engine is not None:
-            from rlvr.learner.trainer import Trainer  # torch and DeepSpeed: not for a dry learner
+            from rlvr.learner.train.trainer import Trainer  # torch and DeepSpeed: not for a dry learner
 
             self.trainer = Trainer(cfg.engine, seed=self.seed)
             await self.trainer.start(store.committed_engine_dir() if loaded else None)
@@ -199,7 +199,7 @@ class LearnActor:
                 await tg.start(io.consumer.run, consumer_stop)
                 await tg.start(io.rollouts.run)
                 if self.trainer is not None and self.cfg.weights_transport == "nccl":
-                    from rlvr.learner.collective import CollectiveHost  # torch: not for a dry learner
+                    from rlvr.learner.weights.collective import CollectiveHost  # torch: not for a dry learner
 
                     assert self.cfg.collective is not None  # LearnConfig checked it
                     self.collective = CollectiveHost(self.cfg.collective)

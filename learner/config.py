@@ -1,7 +1,7 @@
 """Configuration of the learner role (the ``[learn]`` section).
 
 The feeder's datasets are tagged variants (``kind = "arithmetic"`` ...,
-``rlvr.learner.dataset_config``); the
+``rlvr.learner.data.dataset_config``); the
 algorithm and DeepSpeed settings live in ``rlvr.learner.engine_config`` and
 are attached here as ``[learn.engine]``. Without an engine section the learner
 runs "dry": it feeds tasks, assembles and filters groups and reports reward
@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from rlvr.learner.dataset_config import (  # noqa: F401 (re-exported: the [learn.dataset] variants)
+from rlvr.learner.data.dataset_config import (  # noqa: F401 (re-exported: the [learn.dataset] variants)
     ArithmeticDataset,
     BuiltinDataset,
     DatasetConfig,
@@ -25,7 +25,7 @@ from rlvr.learner.dataset_config import (  # noqa: F401 (re-exported: the [learn
     ReasoningGymDataset,
     VerifiersDataset,
 )
-from rlvr.learner.alarms import AlarmConfig
+from rlvr.learner.watch.alarms import AlarmConfig
 from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.protocol.tasks import SamplingParams, VerifierSpec
 
@@ -94,7 +94,7 @@ class PrepareConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 class CollectiveConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """How the learner broadcasts weights by collective (``weights_transport = "nccl"``:
-    rlvr.learner.collective, docs/deploy.md "Weights by collective")."""
+    rlvr.learner.weights.collective, docs/deploy.md "Weights by collective")."""
 
     # "nccl" (GPUs), "gloo" (CPUs), or "auto": nccl where CUDA is, gloo elsewhere.
     backend: Literal["auto", "nccl", "gloo"] = "auto"

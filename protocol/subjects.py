@@ -126,7 +126,7 @@ class RunNames(Struct, frozen=True):
 KV_CONFIG = "config"  # the resolved run config, secrets redacted
 KV_POLICY_VERSION = "policy_version"  # the last weights version announced
 KV_LEARNER = "learner"  # progress at the last checkpoint: step, version, ledger floor (JSON)
-KV_LEARNER_LEASE = "learner-lease"  # the learner holding the run (rlvr.learner.lease)
+KV_LEARNER_LEASE = "learner-lease"  # the learner holding the run (rlvr.learner.custody.lease)
 
 __all__ = [
     "KV_CONFIG", "KV_LEARNER", "KV_LEARNER_LEASE", "KV_POLICY_VERSION", "ConsumerDef", "InvalidRunIdError",

@@ -1,7 +1,7 @@
 """Check a LoRA adapter directory before an engine applies it to its base.
 
 A LoRA run's learner publishes peft's ``adapter_model.safetensors`` and
-``adapter_config.json`` (learner/lora.py). The config is untrusted input like
+``adapter_config.json`` (learner/train/lora.py). The config is untrusted input like
 any blob, so before peft or vLLM reads it this module checks:
 
 - the config: a bounded JSON object of a plain LoRA adapter (``peft_type``

@@ -15,7 +15,7 @@ import pytest
 
 from rlvr.cli.run_config import load_config
 from rlvr.learner.config import BuiltinDataset
-from rlvr.learner.datasets import fill_spec, load_splits, builtin_data_root
+from rlvr.learner.data.datasets import fill_spec, load_splits, builtin_data_root
 from rlvr.protocol import VerifierSpec
 from rlvr.verify.registry import load_plugins, resolve
 

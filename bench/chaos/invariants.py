@@ -33,7 +33,7 @@ from pathlib import Path
 
 import msgspec
 
-from rlvr.learner.checkpoint import LearnerState, LedgerEntry
+from rlvr.learner.custody.checkpoint import LearnerState, LedgerEntry
 
 
 class Committed(msgspec.Struct):

@@ -84,7 +84,7 @@ def run(args: Args) -> int:
 
 def _cases(path: Path) -> list:
     """The cases at ``path``, read as the learner reads a dataset file."""
-    from rlvr.learner.dataset_records import DatasetError, read_file
+    from rlvr.learner.data.dataset_records import DatasetError, read_file
     from rlvr.verify.audit import cases_from_records, read_cases
 
     if path.is_dir():  # a Hugging Face dataset saved with save_to_disk

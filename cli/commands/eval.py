@@ -3,7 +3,7 @@
 One process, no NATS: a rollout engine (``hf`` or ``vllm``) generates ``n``
 completions per prompt, the same ``VerifierPool`` the verifier actor uses
 (killable workers, hard timeout) scores them, and the unbiased estimator
-(``rlvr.learner.passk``) turns per-prompt correct counts into pass@k. The
+(``rlvr.learner.watch.passk``) turns per-prompt correct counts into pass@k. The
 result is a JSON report.
 
 A completion is correct when its verdict's outcome is ``ok`` (for a
@@ -13,7 +13,7 @@ for pass@k, never as missing, and is reported separately in ``outcomes``; a
 prompt longer than the engine accepts counts as ``n`` incorrect completions
 with outcome ``prompt_too_long``.
 
-Not covered: evaluation rounds during a run (``rlvr.learner.eval_rounds``,
+Not covered: evaluation rounds during a run (``rlvr.learner.watch.eval_rounds``,
 through the rollout and verifier pools on the bus).
 """
 
@@ -112,7 +112,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def load_eval_prompts(args: Args) -> tuple[str, list[Any]]:
     """(a short name of the data, its evaluation ``TaskSpec``s, at most ``--limit``)."""
     from rlvr.learner.config import ArithmeticDataset, JsonlDataset, BuiltinDataset
-    from rlvr.learner.datasets import load_splits
+    from rlvr.learner.data.datasets import load_splits
 
     if args.data == "arithmetic":
         name, specs = "arithmetic", load_splits(ArithmeticDataset(), seed=args.seed).heldout
@@ -196,7 +196,7 @@ def _cuda_available() -> bool:
 
 def pass_at_ks(correct: list[int], n: int, ks: list[int]) -> dict[str, float]:
     """{"k": mean unbiased pass@k} over prompts with ``correct[i]`` of ``n`` right."""
-    from rlvr.learner.passk import mean_pass_at_k
+    from rlvr.learner.watch.passk import mean_pass_at_k
 
     return {str(k): mean_pass_at_k(correct, n, k) for k in ks}
 
@@ -413,7 +413,7 @@ def run(args: Args) -> int:
     """Run the evaluation ``args`` describe and write its report; 0, or 2 on bad input."""
     import anyio
 
-    from rlvr.learner.datasets import DatasetError
+    from rlvr.learner.data.datasets import DatasetError
     from rlvr.protocol.tasks import SamplingParams
     from rlvr.verify.registry import (
         VerifierPluginError, VerifierSpecError, VerifierUnavailableError, import_paths, load_plugins, resolve,

@@ -246,7 +246,7 @@ def _from_metrics(m: RunMetrics) -> dict:
         # drop_<reason> in a step record is the run's running total of samples.
         "drops": {k[len("drop_"):]: int(v) for k, v in totals.items() if k.startswith("drop_") and v},
         "zero_variance_share": last.get("zero_variance_share"),
-        # run_pass_rate_<verifier>: the run's rate over every real verdict (learner/tally.py); a run
+        # run_pass_rate_<verifier>: the run's rate over every real verdict (learner/watch/tally.py); a run
         # from before it has only the last step's pass_rate_<verifier>.
         "pass_rate": _by_prefix(totals, "run_pass_rate_", float)
         or {k[len("pass_rate_"):]: v for k, v in last.items() if k.startswith("pass_rate_")},

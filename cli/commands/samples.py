@@ -7,7 +7,7 @@
     rlvr-actor samples runs/calculator --format jsonl         # the raw records
 
 The learner writes every trained sample of a step to
-``<run_dir>/samples/step-<N>.jsonl`` (rlvr/learner/sample_dump.py). This
+``<run_dir>/samples/step-<N>.jsonl`` (rlvr/learner/watch/sample_dump.py). This
 command shows each one: the prompt, each turn with its loss mask (the
 policy's tokens, trained on, apart from the environment's, masked), the
 policy version and behaviour log-probs, the tools' calls and errors, the
@@ -67,7 +67,7 @@ class SamplesMissingError(FileNotFoundError):
 # --- reading ------------------------------------------------------------------------
 def read_records(run_dir: Path, step: int | None = None, episode: str | None = None) -> list[dict[str, Any]]:
     """The records of ``step`` (default: the last step, or every step when looking for ``episode``)."""
-    from rlvr.learner.sample_dump import SAMPLES_DIR, step_file
+    from rlvr.learner.watch.sample_dump import SAMPLES_DIR, step_file
 
     files = sorted((Path(run_dir) / SAMPLES_DIR).glob("step-*.jsonl"))
     if step is not None:

@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def select(run_dir: Path, by: str, k: int, *, seed: int = 0, min_draws: int = 2) -> dict:
-    from rlvr.learner.history import read_history, variance_ranking
+    from rlvr.learner.data.history import read_history, variance_ranking
 
     history = read_history(run_dir)
     ranked = variance_ranking(history, min_draws=min_draws)
@@ -75,7 +75,7 @@ def _prompts(run_dir: Path, indices: list[int]) -> list:
     """The selected prompts, from the run's own config (for a person to read); [] when it cannot be read."""
     try:
         from rlvr.cli.run_config import load_config
-        from rlvr.learner.datasets import load_splits
+        from rlvr.learner.data.datasets import load_splits
 
         cfg = load_config(run_dir / "config.json")
         by_index = {s.index: s.prompt for s in load_splits(cfg.learn.dataset, seed=cfg.seed).train}

@@ -69,7 +69,7 @@ class ConsumerStatus(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class LeaseView(msgspec.Struct, frozen=True):
-    """The learner's lease as it stands in the run's KV (``rlvr.learner.lease``)."""
+    """The learner's lease as it stands in the run's KV (``rlvr.learner.custody.lease``)."""
 
     replica: str
     host: str

@@ -102,7 +102,7 @@ def format_progress(rec: dict, episodes: bool = True) -> str:
             + (f"; episodes ended: {ends}" if ends else ""))
 
 
-# The verdict outcomes a verify_failed drop is made of (rlvr.learner.groups.VERIFY_FAILED).
+# The verdict outcomes a verify_failed drop is made of (rlvr.learner.custody.groups.VERIFY_FAILED).
 _VERIFY_FAILED = ("timeout", "sandbox_error", "error")
 
 

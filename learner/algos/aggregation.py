@@ -16,7 +16,7 @@ they default to the counts of the tensors passed in.
 Not covered: the per-token loss itself (policy_loss.py) and cross-rank
 normalisation: with several data-parallel ranks the learner passes the
 global token / sequence counts divided by the world size, so DeepSpeed's
-gradient average equals the single-process gradient (learner/rank_commands.py).
+gradient average equals the single-process gradient (learner/train/rank_commands.py).
 """
 
 from __future__ import annotations

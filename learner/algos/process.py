@@ -23,7 +23,7 @@ The same function takes the per-turn rewards of a multi-turn episode: each
 turn is a step ending at the turn's last policy token.
 
 Pure: lists in, lists out, float64 inside; no torch, no model, no I/O.
-The learner builds the steps (``learner/steps.py``) and hands the per-token
+The learner builds the steps (``learner/train/steps.py``) and hands the per-token
 advantages to the loss.
 """
 

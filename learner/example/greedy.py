@@ -1,7 +1,7 @@
 """Greedy pass@1 of a model in this process (the cold-start SFT's stopping test).
 
 Not the evaluation of record: that runs through the rollout and verifier
-pools (``rlvr.learner.eval_rounds``). This is a fast, in-process check used
+pools (``rlvr.learner.watch.eval_rounds``). This is a fast, in-process check used
 only to decide when the warm-up has reached its target.
 """
 

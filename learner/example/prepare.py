@@ -52,8 +52,8 @@ def prepare_tiny_arithmetic(cfg: PrepareView, run_dir: Path, log=print) -> dict:
     from transformers import AutoTokenizer
 
     from rlvr.learner.example.arith_model import build_arith_model
-    from rlvr.learner.datasets import load_splits
-    from rlvr.learner.engine import LearnerEngine
+    from rlvr.learner.data.datasets import load_splits
+    from rlvr.learner.train.engine import LearnerEngine
     from rlvr.learner.engine_config import ConstantSchedule, TrainEngineConfig, OptimizerConfig
     from rlvr.learner.example.greedy import calculator_episode, greedy_accuracy, greedy_calculator_accuracy
 

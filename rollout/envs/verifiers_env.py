@@ -2,7 +2,7 @@
 
 ``env = {name = "verifiers", params = {env_id = "my-env", env_args = {...}}}``,
 and the tasks come from the same environment's dataset (the learner's
-``kind = "verifiers"``, ``rlvr.learner.dataset_vf``): the prompt is the
+``kind = "verifiers"``, ``rlvr.learner.data.dataset_vf``): the prompt is the
 dataset row's, and the row's answer, info and example id travel in the task's
 record. Each episode runs the environment's own loop, one piece at a time,
 with our model's turns in it:

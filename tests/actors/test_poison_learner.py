@@ -3,7 +3,7 @@
 The learner actor is being restructured, so this drives the path it is made
 of rather than the actor: a ``Consumer`` on the ``learn`` durable (the
 consume loop, its validation and dead letters) whose handler assembles
-groups and filters them exactly as the learner does (``learner/groups.py``).
+groups and filters them exactly as the learner does (``learner/custody/groups.py``).
 Validation is what the learner wires in: ``check_message`` plus
 ``check_token_ids_in_vocab`` against its model's vocabulary.
 
@@ -20,7 +20,7 @@ import pytest
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.actors.consume import Consumer, Delivery
-from rlvr.learner.groups import GroupAssembler, filter_group
+from rlvr.learner.custody.groups import GroupAssembler, filter_group
 from rlvr.protocol import DeadLetter, RunNames, Scored, check_message, check_token_ids_in_vocab, decode, encode
 from tests.actors.deadwatch import DeadLetterWatch
 from tests.actors.test_poison import BUS, MAX_PAYLOAD, server, scored_poisons  # noqa: F401 (fixture)

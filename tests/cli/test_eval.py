@@ -129,7 +129,7 @@ def test_pass_at_1_is_exact_when_the_gold_answers_are_known(tiny_model, tmp_path
 
 def test_a_verification_timeout_counts_as_incorrect_and_is_reported_apart(tiny_model, tmp_path):
     """Even with a timeout reward of 1.0, a timed-out completion is not a correct one."""
-    from rlvr.learner.datasets import TaskSpec
+    from rlvr.learner.data.datasets import TaskSpec
     from rlvr.cli.commands.eval import score_prompts
     from rlvr.protocol.tasks import SamplingParams, VerifierSpec
     from rlvr.rollout.engines.base import HFEngineConfig, make_engine
@@ -194,7 +194,7 @@ def test_the_crossing_is_where_the_trained_curve_s_lead_turns_over():
 def test_cot_pass_at_k_counts_a_sample_only_when_its_answer_and_every_step_are_right(tiny_model):
     import anyio
 
-    from rlvr.learner.datasets import TaskSpec
+    from rlvr.learner.data.datasets import TaskSpec
     from rlvr.protocol import VerifierSpec
     from rlvr.protocol.tasks import SamplingParams
     from rlvr.rollout.engines.base import GroupResult, Generation

@@ -89,7 +89,7 @@ def test_report_main_prints_table_and_fails_cleanly_without_metrics(tmp_path, ca
 
 
 def test_time_to_gain_is_the_first_round_at_or_past_the_bar_and_the_report_says_when():
-    from rlvr.learner.records import first_gain
+    from rlvr.learner.watch.records import first_gain
 
     evals = [{"label": "before", "step": 0, "pass_at_1": 0.18, "finished_at": 100.0},
              {"label": "step100", "step": 100, "pass_at_1": 0.37, "finished_at": 150.0},

@@ -1,6 +1,6 @@
 """``rlvr-actor samples``: what the learner trained, read back in text, HTML and JSONL.
 
-The records are written by the learner's own writer (rlvr/learner/sample_dump.py)
+The records are written by the learner's own writer (rlvr/learner/watch/sample_dump.py)
 from samples of real calculator episodes (examples/calculator/calc_env.py, played
 by rollout/episodes.py with a scripted model), so the view is checked on what a
 run writes: a multi-turn episode with its loss mask.
@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from rlvr.cli.main import main
-from rlvr.learner.sample_dump import step_file, write_step
+from rlvr.learner.watch.sample_dump import step_file, write_step
 from rlvr.protocol import Completion, EnvSpec, SamplingParams, Scored, Task, Verdict, VerifierSpec
 from rlvr.rollout.engines.base import Generation, GroupResult
 from rlvr.rollout.engines.trivial import ByteChatCodec
@@ -110,7 +110,7 @@ def test_the_learner_s_writer_records_each_sample_with_its_mask_episode_verdict_
 
 def test_the_writer_s_advantage_is_the_registered_estimator_the_trainer_uses(run_dir):
     from rlvr.learner.algos.config import AdvantageConfig
-    from rlvr.learner.sample_dump import group_advantages
+    from rlvr.learner.watch.sample_dump import group_advantages
 
     groups = [[_scored_plain(0, 1.0), _scored_plain(1, 0.0)]]
     plain, name = group_advantages(groups, None)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rlvr.cli.commands.select import Args, SelectionEmptyError, run, select
-from rlvr.learner.history import SelectionError, read_history, read_selection, subset, variance_ranking
+from rlvr.learner.data.history import SelectionError, read_history, read_selection, subset, variance_ranking
 
 
 def _history(tmp_path, rows):

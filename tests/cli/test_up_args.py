@@ -18,7 +18,7 @@ def test_values_are_toml_and_a_bare_word_is_a_string():
 
 def test_the_random_control_recipe_trains_on_random_rewards_and_keeps_the_true_verifier_for_held_out_rounds():
     from rlvr.learner.config import train_dataset
-    from rlvr.learner.datasets import load_splits
+    from rlvr.learner.data.datasets import load_splits
 
     cfg = load_config(builtin_config_path(),
                       overrides=parse_sets(['learn.train_verifier={name="random",params={p=0.35}}']))

@@ -50,7 +50,7 @@ def qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _items(n: int, length: int, seed: int) -> list:
     import torch
 
-    from rlvr.learner.engine import TrainBatchItem
+    from rlvr.learner.train.engine import TrainBatchItem
 
     g = torch.Generator().manual_seed(seed)
     return [TrainBatchItem(torch.randint(400, 150000, (64,), generator=g).tolist(),
@@ -59,7 +59,7 @@ def _items(n: int, length: int, seed: int) -> list:
 
 
 def _learner(model: Path, zero_stage: int, lora: bool, quantize_base: str = "none", **extra: Any):
-    from rlvr.learner.engine import LearnerEngine
+    from rlvr.learner.train.engine import LearnerEngine
     from rlvr.learner.engine_config import LoraConfig, OptimizerConfig, TrainEngineConfig
 
     saved = dict(os.environ)  # DeepSpeed's single-process dist env must not reach vLLM's workers

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from rlvr.learner.engine import LearnerEngine, TrainBatchItem
+from rlvr.learner.train.engine import LearnerEngine, TrainBatchItem
 from rlvr.learner.engine_config import OptimizerConfig, TrainEngineConfig
 
 VOCAB = 64

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import msgspec
 
-from rlvr.learner.alarm_edges import AlarmEdges
-from rlvr.learner.alarms import Alarm, AlarmConfig, SignalWatch
-from rlvr.learner.groups import Group
-from rlvr.learner.step_alarms import StepAlarmConfig, StepWatch
+from rlvr.learner.watch.alarm_edges import AlarmEdges
+from rlvr.learner.watch.alarms import Alarm, AlarmConfig, SignalWatch
+from rlvr.learner.custody.groups import Group
+from rlvr.learner.watch.step_alarms import StepAlarmConfig, StepWatch
 from rlvr.protocol import Verdict
 from rlvr.protocol.samples import Episode, Turn
 from tests.factories import make_scored

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from rlvr.learner.alarms import AlarmConfig, SignalWatch
-from rlvr.learner.groups import Group, filter_group
+from rlvr.learner.watch.alarms import AlarmConfig, SignalWatch
+from rlvr.learner.custody.groups import Group, filter_group
 from rlvr.protocol import Verdict
 from tests.factories import make_scored
 

@@ -53,8 +53,8 @@ def test_the_character_tokenizer_refuses_text_it_cannot_encode(tmp_path):
 
 
 def test_the_example_refuses_a_dataset_its_tokenizer_cannot_encode_before_warm_up():
-    from rlvr.learner.dataset_config import ArithmeticDataset
-    from rlvr.learner.datasets import load_splits
+    from rlvr.learner.data.dataset_config import ArithmeticDataset
+    from rlvr.learner.data.datasets import load_splits
     from rlvr.learner.example.arith_model import CharsNotEncodableError
     from rlvr.learner.example.prepare import check_tasks_encodable
 

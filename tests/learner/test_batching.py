@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlvr.learner.batching import (
+from rlvr.learner.train.batching import (
     TrainBatchEmptyError,
     TrainBatchItem,
     TrainItemMalformedError,

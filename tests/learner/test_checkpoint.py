@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from rlvr.learner.checkpoint import CheckpointStore, LearnerState, LedgerEntry
+from rlvr.learner.custody.checkpoint import CheckpointStore, LearnerState, LedgerEntry
 
 
 def _save_engine(store: CheckpointStore, state: LearnerState, payload: bytes) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rlvr.learner.custody import Custody
-from rlvr.learner.groups import Group, filter_group
+from rlvr.learner.custody.custody import Custody
+from rlvr.learner.custody.groups import Group, filter_group
 from tests.factories import make_scored
 
 

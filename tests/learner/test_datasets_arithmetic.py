@@ -3,7 +3,7 @@
 import pytest
 
 from rlvr.learner.config import ArithmeticDataset
-from rlvr.learner.datasets import load_splits
+from rlvr.learner.data.datasets import load_splits
 from rlvr.protocol.tasks import ChatMessage, VerifierSpec
 
 

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from structlog.testing import capture_logs
 
-from rlvr.learner.dataset_config import JsonlDataset, reads_gold
-from rlvr.learner.datasets import DatasetError, load_splits
+from rlvr.learner.data.dataset_config import JsonlDataset, reads_gold
+from rlvr.learner.data.datasets import DatasetError, load_splits
 from rlvr.protocol import VerifierSpec
 from rlvr.protocol.tasks import ChatMessage
 
@@ -139,7 +139,7 @@ def test_the_layout_chosen_is_said_with_its_reason(tmp_path):
 def test_a_builtin_set_whose_record_has_no_answer_is_refused(tmp_path):
     import gzip
 
-    from rlvr.learner.dataset_config import BuiltinDataset
+    from rlvr.learner.data.dataset_config import BuiltinDataset
 
     (tmp_path / "gsm8k").mkdir()
     rows = [{"question": "1+1?", "answer": "1+1=2\n#### 2"}, {"question": "2+2?", "answer": "2+2=4"}]

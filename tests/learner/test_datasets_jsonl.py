@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rlvr.learner.config import JsonlDataset
-from rlvr.learner.datasets import DatasetError, load_splits
+from rlvr.learner.data.datasets import DatasetError, load_splits
 from rlvr.verify.registry import resolve
 
 LCB_RECORD = {

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlvr.learner.dataset_config import BuiltinDataset, HFDataset, JsonlDataset
-from rlvr.learner.datasets import DatasetError, load_splits
+from rlvr.learner.data.dataset_config import BuiltinDataset, HFDataset, JsonlDataset
+from rlvr.learner.data.datasets import DatasetError, load_splits
 from rlvr.protocol.tasks import ChatMessage
 from tests.conftest import REPO
 

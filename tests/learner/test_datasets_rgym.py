@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from rlvr.learner.dataset_config import ReasoningGymDataset, ReasoningGymTask
-from rlvr.learner.datasets import DatasetError, load_splits
+from rlvr.learner.data.dataset_config import ReasoningGymDataset, ReasoningGymTask
+from rlvr.learner.data.datasets import DatasetError, load_splits
 from rlvr.verify.registry import resolve
 
 MIX = ReasoningGymDataset(

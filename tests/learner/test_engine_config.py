@@ -5,7 +5,7 @@ import math
 import msgspec
 import pytest
 
-from rlvr.learner.engine import deepspeed_config, lr_factor
+from rlvr.learner.train.engine import deepspeed_config, lr_factor
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlvr.learner.engine import TrainBatchItem
+from rlvr.learner.train.engine import TrainBatchItem
 from tests.learner.engine_helpers import batch, make_engine, weights
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")

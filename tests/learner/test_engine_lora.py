@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from rlvr.learner.engine_config import LoraConfig
-from rlvr.learner.lora import LoraConfigError
+from rlvr.learner.train.lora import LoraConfigError
 from tests.learner.engine_helpers import batch, make_engine
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from rlvr.learner.algos.policy_loss import PolicyLossConfig
-from rlvr.learner.engine import TrainBatchItem
+from rlvr.learner.train.engine import TrainBatchItem
 from rlvr.learner.engine_config import CosineSchedule
 from tests.learner.engine_helpers import (
     VOCAB, assert_export_loads_with_engine_logprobs, batch, make_engine, weights,

@@ -6,7 +6,7 @@ a checkpoint restore continues bit for bit."""
 import pytest
 import torch
 
-from rlvr.learner.engine import LearnerEngine, TrainBatchItem
+from rlvr.learner.train.engine import LearnerEngine, TrainBatchItem
 from rlvr.learner.engine_config import CosineSchedule, OptimizerConfig, TrainEngineConfig
 from tests.learner.engine_helpers import VOCAB, assert_export_loads_with_engine_logprobs
 

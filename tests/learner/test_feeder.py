@@ -7,8 +7,8 @@ import anyio
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.learner.config import ArithmeticDataset
-from rlvr.learner.datasets import load_splits
-from rlvr.learner.feeder import Feeder
+from rlvr.learner.data.datasets import load_splits
+from rlvr.learner.data.feeder import Feeder
 from rlvr.protocol import RunNames, SamplingParams, Task
 from tests.busclient import BusClient
 

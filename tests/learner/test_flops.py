@@ -1,4 +1,4 @@
-"""Model FLOPs and MFU of a learner step (learner/flops.py)."""
+"""Model FLOPs and MFU of a learner step (learner/train/flops.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from rlvr.learner.flops import matmul_parameters, peak_for_device_name, step_flops, throughput_metrics
+from rlvr.learner.train.flops import matmul_parameters, peak_for_device_name, step_flops, throughput_metrics
 
 SHAPE = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlvr.learner.groups import DropCounter, GroupAssembler, filter_group
+from rlvr.learner.custody.groups import DropCounter, GroupAssembler, filter_group
 from tests.factories import make_scored
 
 
@@ -153,7 +153,7 @@ class _Mono:
 def test_a_group_replayed_after_a_restart_keeps_its_age_on_the_stream():
     """A restarted learner replays a partial group stored long ago: its age is the stream's,
     so it expires once the stream has moved past the timeout, not a full timeout later."""
-    from rlvr.learner.groups import StreamClock
+    from rlvr.learner.custody.groups import StreamClock
 
     mono = _Mono()
     asm = GroupAssembler(group_timeout_s=12, clock=StreamClock(mono))
@@ -166,7 +166,7 @@ def test_a_group_replayed_after_a_restart_keeps_its_age_on_the_stream():
 def test_a_fast_replay_completes_groups_stored_close_together():
     """Replaying an hour-old stream in a second moves the clock with the messages: a group
     whose members were stored 5 s apart completes, whatever the wall clock says."""
-    from rlvr.learner.groups import StreamClock
+    from rlvr.learner.custody.groups import StreamClock
 
     mono = _Mono()
     asm = GroupAssembler(group_timeout_s=12, clock=StreamClock(mono))
@@ -179,7 +179,7 @@ def test_a_fast_replay_completes_groups_stored_close_together():
 
 
 def test_the_stream_clock_runs_on_while_nothing_is_delivered():
-    from rlvr.learner.groups import StreamClock
+    from rlvr.learner.custody.groups import StreamClock
 
     mono = _Mono()
     clock = StreamClock(mono)

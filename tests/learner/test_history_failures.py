@@ -9,8 +9,8 @@ import json
 import anyio
 import msgspec
 
-from rlvr.learner.groups import judged
-from rlvr.learner.history import PromptHistory, read_history, variance_ranking
+from rlvr.learner.custody.groups import judged
+from rlvr.learner.data.history import PromptHistory, read_history, variance_ranking
 from rlvr.protocol import SamplingParams, Verdict
 from rlvr.protocol.samples import Episode, Turn
 from tests.factories import make_scored
@@ -40,7 +40,7 @@ def test_failed_verifications_are_missing_not_zero_and_readers_skip_them(tmp_pat
 
 
 def test_the_curriculum_gets_only_judged_rewards():
-    from rlvr.learner.feeder import Feeder
+    from rlvr.learner.data.feeder import Feeder
 
     async def main():
         feeder = Feeder(None, [object()], group_size=3, sampling=SamplingParams(), max_inflight=1, seed=0,  # type: ignore[arg-type]

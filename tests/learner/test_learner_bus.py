@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlvr.learner.checkpoint import CheckpointStore
+from rlvr.learner.custody.checkpoint import CheckpointStore
 from rlvr.learner.example.tiny_model import build_tiny_model
 from rlvr.protocol import WeightsAnnouncement
 from tests.busclient import BusClient
@@ -87,7 +87,7 @@ def test_learner_trains_from_scored_stream_and_broadcasts_weights_a_rollout_engi
     assert result.weights_version_min == 2
 
     # ...and its log-probs are those of the learner's weights (its last checkpoint).
-    from rlvr.learner.engine import LearnerEngine
+    from rlvr.learner.train.engine import LearnerEngine
     from rlvr.learner.engine_config import TrainEngineConfig
 
     store = CheckpointStore(tmp_path / f"out-{run}" / "checkpoints")

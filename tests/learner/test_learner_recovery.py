@@ -20,7 +20,7 @@ import anyio
 import nats
 import pytest
 
-from rlvr.learner.checkpoint import CheckpointStore
+from rlvr.learner.custody.checkpoint import CheckpointStore
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
 from tests.learner.learner_helpers import scored_groups

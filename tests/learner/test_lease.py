@@ -11,7 +11,7 @@ import anyio
 
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
-from rlvr.learner.lease import LearnerLease
+from rlvr.learner.custody.lease import LearnerLease
 from rlvr.protocol import RunNames
 
 

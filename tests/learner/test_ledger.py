@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlvr.learner.ledger import Ledger
+from rlvr.learner.custody.ledger import Ledger
 
 
 def test_floor_stays_below_the_oldest_unsettled_sample():
@@ -43,8 +43,8 @@ def test_settled_but_uncommitted_samples_are_replayed_after_a_crash():
 
 # --- late duplicates past the duplicate window (issue 12, confirmed defect 5) -------------
 
-from rlvr.learner.groups import GroupAssembler  # noqa: E402
-from rlvr.learner.ledger import LedgerState  # noqa: E402
+from rlvr.learner.custody.groups import GroupAssembler  # noqa: E402
+from rlvr.learner.custody.ledger import LedgerState  # noqa: E402
 from tests.factories import make_scored  # noqa: E402
 
 

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 import torch
 
-from rlvr.learner.engine import TrainBatchItem
+from rlvr.learner.train.engine import TrainBatchItem
 from rlvr.learner.algos.config import PolicyLossConfig as LossConfig
 from tests.learner.engine_helpers import VOCAB, make_engine, weights
 

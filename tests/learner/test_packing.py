@@ -13,15 +13,15 @@ import transformers.masking_utils
 from rlvr.learner.algos.aggregation import AGGREGATIONS
 from rlvr.learner.algos.config import PolicyLossConfig
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
-from rlvr.learner.batching import (
+from rlvr.learner.train.batching import (
     TrainBatchItem,
     build_packed_micro_batch,
     micro_batches,
     pack_by_sum,
     pack_by_tokens,
 )
-from rlvr.learner.engine import PackingUnsupportedError
-from rlvr.learner.token_logprobs import micro_batch_logprobs
+from rlvr.learner.train.engine import PackingUnsupportedError
+from rlvr.learner.train.token_logprobs import micro_batch_logprobs
 from tests.learner.engine_helpers import batch, make_engine, weights
 from tests.learner.test_token_logprobs import VOCAB, tiny_model
 
@@ -48,7 +48,7 @@ def test_plan_is_deterministic_within_budget_and_never_longer_than_the_padded_pl
         assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
         assert all(sum(lengths[i] for i in g) <= budget or len(g) == 1 for g in groups)
         assert groups == pack_by_sum(list(lengths), budget)
-        # learner/rank_commands.py evens out data-parallel passes with the padded count.
+        # learner/train/rank_commands.py evens out data-parallel passes with the padded count.
         assert len(groups) <= len(pack_by_tokens(lengths, budget)), (trial, lengths, budget)
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlvr.learner.passk import mean_pass_at_k, pass_at_k
+from rlvr.learner.watch.passk import mean_pass_at_k, pass_at_k
 
 
 def test_pass_at_1_is_the_fraction_correct():

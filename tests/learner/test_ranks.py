@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.learner.batching import TrainBatchItem
-from rlvr.learner.rank_commands import Start, Train, decode, encode, merge_metrics, shard_sft, shard_train
-from rlvr.learner.ranks import EXIT_LEADER_LOST
+from rlvr.learner.train.batching import TrainBatchItem
+from rlvr.learner.train.rank_commands import Start, Train, decode, encode, merge_metrics, shard_sft, shard_train
+from rlvr.learner.train.ranks import EXIT_LEADER_LOST
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_SIZES = (5, 1, 4)  # 5: uneven shards; 1: rank 1 has an empty share (padding only)
@@ -56,7 +56,7 @@ def test_shards_carry_global_normalisers_and_the_busiest_micro_batch_count():
     assert [s.items for s in shards] == [items[0::2], items[1::2]]
     tokens = sum(len(it.completion_ids) for it in items)
     assert all(s.num_tokens == tokens / 2 and s.num_sequences == 5 / 2 for s in shards)
-    from rlvr.learner.batching import pack_by_tokens
+    from rlvr.learner.train.batching import pack_by_tokens
 
     counts = [len(pack_by_tokens([len(i.prompt_ids) + len(i.completion_ids) for i in s.items], MICRO_BATCH_TOKENS))
               for s in shards]
@@ -67,7 +67,7 @@ def test_shards_carry_global_normalisers_and_the_busiest_micro_batch_count():
 
 
 def test_with_packing_the_shards_count_packed_micro_batches_as_the_engine_cuts_them():
-    from rlvr.learner.batching import micro_batches
+    from rlvr.learner.train.batching import micro_batches
 
     items = batch(0, 8, 64)
     budget = 3 * max(len(i.prompt_ids) + len(i.completion_ids) for i in items)
@@ -296,7 +296,7 @@ def _drive(cfg_path: str, out: str, mode: str) -> None:
     ``ready`` and block. ``join-then-wait``: only join the ranks (no engine).
     """
     if mode == "join-then-wait":
-        from rlvr.learner.ranks import lead
+        from rlvr.learner.train.ranks import lead
 
         lead()
         print("ready", flush=True)
@@ -307,7 +307,7 @@ def _drive(cfg_path: str, out: str, mode: str) -> None:
     import msgspec
 
     from rlvr.learner.engine_config import TrainEngineConfig
-    from rlvr.learner.trainer import Trainer
+    from rlvr.learner.train.trainer import Trainer
 
     cfg = msgspec.json.decode(Path(cfg_path).read_bytes(), type=TrainEngineConfig)
     out_dir = Path(out)

@@ -1,4 +1,4 @@
-"""The learner writes what it trained (learner/sample_dump.py): every `every_steps`, off
+"""The learner writes what it trained (learner/watch/sample_dump.py): every `every_steps`, off
 the event loop, and a write that fails never stops training. The last test runs a real
 (dry) learner process on a real nats-server and reads its <out_dir>/samples/."""
 
@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from rlvr.learner.config import LearnConfig, SamplesConfig
-from rlvr.learner.sample_dump import SampleDump, step_file
+from rlvr.learner.watch.sample_dump import SampleDump, step_file
 from tests.busclient import BusClient
 from tests.conftest import write_config
 from tests.factories import make_scored

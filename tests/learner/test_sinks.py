@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from rlvr.learner.alarms import Alarm
+from rlvr.learner.watch.alarms import Alarm
 from rlvr.learner.config import LearnConfig, MlflowConfig, TrackersConfig, WandbConfig
-from rlvr.learner.metrics import MetricsWriter
-from rlvr.learner.sinks import MlflowSink, numbers
+from rlvr.learner.watch.metrics import MetricsWriter
+from rlvr.learner.watch.sinks import MlflowSink, numbers
 from tests.learner.learner_helpers import scored_groups
 
 pytest.importorskip("wandb")

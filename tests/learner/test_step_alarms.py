@@ -1,4 +1,4 @@
-"""The stage-1 alarms (learner/step_alarms.py): each fires on synthetic step records, none on a healthy run's."""
+"""The stage-1 alarms (learner/watch/step_alarms.py): each fires on synthetic step records, none on a healthy run's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from rlvr.learner.step_alarms import StepAlarmConfig, StepWatch, foreign_script_share, script_of
+from rlvr.learner.watch.step_alarms import StepAlarmConfig, StepWatch, foreign_script_share, script_of
 from tests.conftest import REPO
 
 HEALTHY = [json.loads(line) for line in (REPO / "tests" / "data" / "healthy_steps.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""From scored samples to per-token advantages (learner/steps.py): steps placed on the right tokens."""
+"""From scored samples to per-token advantages (learner/train/steps.py): steps placed on the right tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from rlvr.learner.algos.config import AdvantageConfig
 from rlvr.learner.algos.process import process_advantages
-from rlvr.learner.steps import StepAligner, group_token_advantages
+from rlvr.learner.train.steps import StepAligner, group_token_advantages
 from rlvr.protocol import Completion, Episode, Scored, Turn, VerifierSpec
 from rlvr.verify.registry import resolve
 from tests.factories import make_sample

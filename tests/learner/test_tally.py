@@ -8,7 +8,7 @@ import json
 import msgspec
 
 from rlvr.cli.commands.report import format_report, summarize
-from rlvr.learner.tally import RunTally
+from rlvr.learner.watch.tally import RunTally
 from rlvr.protocol.samples import Episode, Turn
 from tests.factories import make_scored
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rlvr.learner.algos.config import PolicyLossConfig as LossConfig
-from rlvr.learner.batching import TrainItemMalformedError, build_micro_batch, check_item
-from rlvr.learner.engine import TrainBatchItem
+from rlvr.learner.train.batching import TrainItemMalformedError, build_micro_batch, check_item
+from rlvr.learner.train.engine import TrainBatchItem
 from tests.learner.engine_helpers import make_engine, weights
 
 BEHAVIOUR = [-4.0, -4.1, -3.9, -4.2]

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from rlvr.learner.token_logprobs import (
+from rlvr.learner.train.token_logprobs import (
     OutputHeadMissingError,
     full_logits_logprobs,
     head_logprobs,

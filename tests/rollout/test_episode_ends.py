@@ -14,7 +14,7 @@ import time
 import anyio
 import msgspec
 
-from rlvr.learner.groups import Group, filter_group, judged
+from rlvr.learner.custody.groups import Group, filter_group, judged
 from rlvr.protocol import SamplingParams, Scored, Task, Verdict, VerifierSpec
 from rlvr.protocol.samples import CUT_ENDS, ENV_FAILURES, Episode, Turn
 from rlvr.protocol.tasks import EnvSpec

@@ -31,7 +31,7 @@ class LoraLearner:
     def __init__(self, model: Path, root: Path) -> None:
         import torch
 
-        from rlvr.learner.engine import LearnerEngine, TrainBatchItem
+        from rlvr.learner.train.engine import LearnerEngine, TrainBatchItem
         from rlvr.learner.engine_config import LoraConfig, OptimizerConfig, TrainEngineConfig
 
         saved = dict(os.environ)  # the dist env DeepSpeed needs must not reach vLLM's spawned core

@@ -24,7 +24,7 @@ import pytest
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.cli.natsserver import NatsServer
-from rlvr.learner.publish import publish_weights
+from rlvr.learner.weights.publish import publish_weights
 from rlvr.protocol import RunNames, Sample, Task
 from tests.busclient import BusClient
 from tests.conftest import ActorProcs, wait_for, write_config

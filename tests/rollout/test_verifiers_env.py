@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("verifiers", reason="the verifiers adapter's tests need verifiers (pip install 'rlvr-actor[env]')")
 
-from rlvr.learner.dataset_config import VerifiersDataset  # noqa: E402
-from rlvr.learner.datasets import load_splits  # noqa: E402
+from rlvr.learner.data.dataset_config import VerifiersDataset  # noqa: E402
+from rlvr.learner.data.datasets import load_splits  # noqa: E402
 from rlvr.protocol import SamplingParams, Task  # noqa: E402
 from rlvr.rollout.episodes import EpisodeSettings, check_env_spec, run_episode  # noqa: E402
 from tests.rollout.test_episodes import ScriptedEngine  # noqa: E402

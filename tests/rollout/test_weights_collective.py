@@ -31,7 +31,7 @@ import pytest
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.cli.natsserver import NatsServer
-from rlvr.learner.collective import CollectiveHost
+from rlvr.learner.weights.collective import CollectiveHost
 from rlvr.learner.config import CollectiveConfig
 from rlvr.protocol import RunNames, WeightsAnnouncement, decode
 from tests.conftest import REPO

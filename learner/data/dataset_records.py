@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.actors.logs import get_logger
-from rlvr.learner.dataset_config import HFDataset, JsonlDataset, PromptStyle, RecordDataset, reads_gold
+from rlvr.learner.data.dataset_config import HFDataset, JsonlDataset, PromptStyle, RecordDataset, reads_gold
 from rlvr.protocol import VerifierSpec
 from rlvr.protocol.tasks import ChatMessage
 
@@ -152,7 +152,7 @@ def json_messages(text: str, where: str) -> list | None:
 def record_specs(cfg: RecordDataset, records: list[dict[str, Any]], name: str, source: str) -> list:
     """One ``TaskSpec`` per record, in order (``source`` names the file in errors); a record
     without a gold answer is an error, or left out with ``on_missing_gold = "skip"``."""
-    from rlvr.learner.datasets import TaskSpec
+    from rlvr.learner.data.datasets import TaskSpec
 
     if not records:
         return []

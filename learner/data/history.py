@@ -28,7 +28,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from rlvr.learner.groups import judged
+from rlvr.learner.custody.groups import judged
 from rlvr.protocol import Scored
 
 FILE = "prompt_history.jsonl"

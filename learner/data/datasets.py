@@ -4,12 +4,12 @@
   Problems are drawn from the full space (every operand pair), the held-out
   split is removed from training by exact match.
 - ``jsonl`` and ``hf``: records from local files, or a Hugging Face dataset
-  saved to disk, verl's layout included (``rlvr.learner.dataset_records``).
+  saved to disk, verl's layout included (``rlvr.learner.data.dataset_records``).
 - ``builtin``: GSM8K, MATH, MATH-500, MBPP and HumanEval, shipped in the
   repository's ``data/`` (its README gives the fields each adapter reads, the
   upstream of every file and its licence).
 - ``reasoning_gym``: a weighted mix of reasoning-gym's procedural tasks
-  (``rlvr.learner.dataset_rgym``).
+  (``rlvr.learner.data.dataset_rgym``).
 
 Every spec is checked against the wire's limits here (``check_specs``), so a
 record too large or too deep to travel is an error naming it at start-up,
@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from rlvr.learner.dataset_config import (
+from rlvr.learner.data.dataset_config import (
     ArithmeticDataset, BuiltinDataset, DatasetConfig, HFDataset, JsonlDataset, ReasoningGymDataset, VerifiersDataset,
 )
-from rlvr.learner.dataset_records import DatasetError, hf_specs, jsonl_specs, read_file, render_prompt
+from rlvr.learner.data.dataset_records import DatasetError, hf_specs, jsonl_specs, read_file, render_prompt
 from rlvr.protocol import SamplingParams, Task, VerifierSpec
 from rlvr.protocol.tasks import ChatMessage, EnvSpec
 from rlvr.protocol.validate import MessageInvalidError, check_record, check_verifier_spec
@@ -119,11 +119,11 @@ def _load(cfg: DatasetConfig, seed: int) -> Splits:
         case BuiltinDataset():
             return _split(_override(_builtin(cfg), cfg.verifier), cfg.holdout, seed)
         case ReasoningGymDataset():
-            from rlvr.learner.dataset_rgym import reasoning_gym_splits
+            from rlvr.learner.data.dataset_rgym import reasoning_gym_splits
 
             return reasoning_gym_splits(cfg, seed)
         case VerifiersDataset():
-            from rlvr.learner.dataset_vf import verifiers_specs
+            from rlvr.learner.data.dataset_vf import verifiers_specs
 
             train, held = verifiers_specs(cfg)
             return Splits(train, held) if held is not None else _split(train, cfg.holdout, seed)
@@ -216,7 +216,7 @@ def builtin_data_root(root: str = "") -> Path:
     (``data/README.md`` gives each file's upstream and licence)."""
     if root:
         return Path(root)
-    return Path(__file__).resolve().parents[1] / "data"
+    return Path(__file__).resolve().parents[2] / "data"
 
 
 def last_boxed(text: str) -> str | None:

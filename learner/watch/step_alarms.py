@@ -12,7 +12,7 @@ the policy, one ``StepRecord.flat()`` at a time:
   scripts by the first word of a letter's name: LATIN, CJK, CYRILLIC,
   GREEK, ARABIC, HANGUL, HIRAGANA, KATAKANA, DEVANAGARI...; a Chinese and
   English task lists both) above ``foreign_share_max``, over the last
-  ``window_steps`` steps (``foreign_script_share``, learner/metrics.py);
+  ``window_steps`` steps (``foreign_script_share``, learner/watch/metrics.py);
 - ``length_at_cap``: at least ``clip_share_max`` of completions cut by
   ``max_tokens`` over the last ``window_steps`` steps;
 - ``invalid_batches``: the share of samples dropped (zero variance, stale,
@@ -43,7 +43,7 @@ from typing import Annotated
 
 from msgspec import Meta, Struct
 
-from rlvr.learner.alarm_edges import AlarmCleared, AlarmEdges
+from rlvr.learner.watch.alarm_edges import AlarmCleared, AlarmEdges
 
 
 _DROPS = ("drop_zero_variance", "drop_stale", "drop_partial")
@@ -133,7 +133,7 @@ class StepWatch:
     def step(self, rec: dict[str, float], now: float | None = None) -> list:
         """Take one step record; the alarms whose condition started to hold (``alarms.Alarm``);
         a clear waits in ``take_cleared``."""
-        from rlvr.learner.alarms import Alarm  # alarms.py imports this module for its config
+        from rlvr.learner.watch.alarms import Alarm  # alarms.py imports this module for its config
         current: dict = {}
         for kind, message in self._check(rec):
             current[kind] = Alarm(kind, "", message, {}, [])
@@ -150,7 +150,7 @@ class StepWatch:
 
     def eval_round(self, label: str, step: int, pass_at_1: float | None, now: float | None = None) -> list:
         """Take one held-out round's pass@1; the eval_regression alarm when it fell (new only)."""
-        from rlvr.learner.alarms import Alarm
+        from rlvr.learner.watch.alarms import Alarm
 
         now = time.monotonic() if now is None else now
         if pass_at_1 is None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.learner.dataset_config import VerifiersDataset
-from rlvr.learner.dataset_records import DatasetError, render_prompt
+from rlvr.learner.data.dataset_config import VerifiersDataset
+from rlvr.learner.data.dataset_records import DatasetError, render_prompt
 from rlvr.protocol import VerifierSpec
 from rlvr.protocol.tasks import EnvSpec
 
@@ -43,7 +43,7 @@ def verifiers_specs(cfg: VerifiersDataset) -> tuple[list, list | None]:
 
 
 def _specs(cfg: VerifiersDataset, dataset: Any, env: EnvSpec) -> list:
-    from rlvr.learner.datasets import TaskSpec
+    from rlvr.learner.data.datasets import TaskSpec
 
     out = []
     for i, row in enumerate(dataset):

@@ -35,7 +35,7 @@ from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
 from rlvr.protocol.subjects import KV_LEARNER_LEASE
 
-log = get_logger("rlvr.learner.lease")
+log = get_logger("rlvr.learner.custody.lease")
 
 LEASE_KEY = KV_LEARNER_LEASE
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import msgspec
 
-from rlvr.learner.ledger import LedgerState
-from rlvr.learner.records import EvalResult
+from rlvr.learner.custody.ledger import LedgerState
+from rlvr.learner.watch.records import EvalResult
 
 
 class LearnerState(msgspec.Struct):

@@ -36,9 +36,9 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta, Struct
 
-from rlvr.learner.alarm_edges import AlarmCleared, AlarmEdges
-from rlvr.learner.groups import FilterResult, Group
-from rlvr.learner.step_alarms import StepAlarmConfig
+from rlvr.learner.watch.alarm_edges import AlarmCleared, AlarmEdges
+from rlvr.learner.custody.groups import FilterResult, Group
+from rlvr.learner.watch.step_alarms import StepAlarmConfig
 from rlvr.protocol.samples import ENV_FAILURES
 
 # Verdict outcomes that say the verifier, not the policy, failed.

@@ -41,12 +41,12 @@ import torch
 
 from rlvr.actors.logs import get_logger
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
-from rlvr.learner.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
+from rlvr.learner.train.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
-from rlvr.learner.flops import sequence_throughput_metrics
-from rlvr.learner.lora import base_load_kwargs, merged_state_dict, trainable_parameters, with_lora, write_adapter
-from rlvr.learner.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
-from rlvr.learner.token_logprobs import micro_batch_logprobs
+from rlvr.learner.train.flops import sequence_throughput_metrics
+from rlvr.learner.train.lora import base_load_kwargs, merged_state_dict, trainable_parameters, with_lora, write_adapter
+from rlvr.learner.weights.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
+from rlvr.learner.train.token_logprobs import micro_batch_logprobs
 
 LATEST = "LATEST"  # names the committed checkpoint tag; written atomically after the tag is complete
 # Why an optimizer step was skipped (``LearnerEngine.skipped_steps`` keys).
@@ -186,7 +186,7 @@ class LearnerEngine:
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
-        if cfg.lora.enabled:  # learner/lora.py: base frozen, adapters trainable
+        if cfg.lora.enabled:  # learner/train/lora.py: base frozen, adapters trainable
             model = with_lora(model, cfg.lora, gradient_checkpointing=cfg.gradient_checkpointing)
         opt = cfg.optimizer
         self.ds, _, _, _ = deepspeed.initialize(
@@ -340,7 +340,7 @@ class LearnerEngine:
             "tokens_per_s": tokens / max(elapsed, 1e-9),
             # Share of the positions the model ran over that were padding (0 when packed).
             "padding_fraction": (computed - tokens) / max(computed, 1),
-            # Model TFLOP/s (6N + attention per token) and, for bf16 on a known GPU, MFU: learner/flops.py.
+            # Model TFLOP/s (6N + attention per token) and, for bf16 on a known GPU, MFU: learner/train/flops.py.
             **sequence_throughput_metrics(self.ds.module, [n for mb in mbs for n in mb.sample_lengths], elapsed,
                                           self._device, bf16=self.cfg.bf16),
             "step_skipped": 1.0 if skip else 0.0,
@@ -365,7 +365,7 @@ class LearnerEngine:
         Off-policy lag between the rollout weights and π_old is corrected by
         truncated IS against ``behaviour_logprobs``.
 
-        Data parallel (learner/rank_commands.py): ``items`` is this rank's share,
+        Data parallel (learner/train/rank_commands.py): ``items`` is this rank's share,
         ``num_tokens``/``num_sequences`` replace its own counts as the loss
         normalisers, and ``min_micro_batches`` pads with empty micro-batches
         so every rank runs as many forward/backward passes as the busiest one

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rlvr.learner.groups import judged
+from rlvr.learner.custody.groups import judged
 from rlvr.protocol import Scored
 
 

@@ -11,7 +11,7 @@ file's sha256 and size, and the replica checks them before loading. A LoRA
 run publishes its adapter the same way, flagged ``adapter`` in the
 announcement (adapter_model.safetensors + adapter_config.json).
 
-Collective transport (``"nccl"``, gloo or NCCL: learner/collective.py): the
+Collective transport (``"nccl"``, gloo or NCCL: learner/weights/collective.py): the
 announcement names the rendezvous (``location``), the tensors' sha256 and the
 exported files (with ``fallback_path`` when the fallback is a shared path); the
 tensors themselves go out by broadcast after it. ``msg_id_suffix`` lets the
@@ -29,7 +29,7 @@ from rlvr.actors.logs import get_logger
 from rlvr.protocol import WeightFile, WeightsAnnouncement
 from rlvr.protocol.subjects import KV_POLICY_VERSION
 
-log = get_logger("rlvr.learner.publish")
+log = get_logger("rlvr.learner.weights.publish")
 
 
 async def publish_weights(

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import torch
 
 from rlvr.learner.engine_config import LoraConfig
-from rlvr.learner.state_dict import write_safetensors
+from rlvr.learner.weights.state_dict import write_safetensors
 
 ADAPTER = "default"  # peft's adapter name in the learner
 PREFIX = "base_model.model."  # what peft puts before the Hugging Face names

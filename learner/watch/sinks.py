@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.actors.logs import get_logger
 from rlvr.actors.secrets import redact, redact_tree, register_secret
-from rlvr.learner.alarms import Alarm
+from rlvr.learner.watch.alarms import Alarm
 from rlvr.learner.config import MlflowConfig, TrackersConfig, WandbConfig
 
 if TYPE_CHECKING:
     from rlvr.protocol import Scored
 
-log = get_logger("rlvr.learner.sinks")
+log = get_logger("rlvr.learner.watch.sinks")
 
 # Records a tracker may fall behind by before it counts as failed (about an hour of fast steps).
 QUEUE_RECORDS = 4096

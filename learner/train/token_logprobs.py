@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from rlvr.learner.batching import MicroBatch
+from rlvr.learner.train.batching import MicroBatch
 
 # Positions per chunk: at V = 151,936 one chunk of fp32 logits is
 # 1024 x 151,936 x 4 B = 0.62 GB; a chunk's forward holds about three such

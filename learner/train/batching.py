@@ -17,7 +17,7 @@ micro-batches (the exactly-once test compares weights bit for bit):
   (sdpa and eager build a block-causal mask; flash-attention turns the same
   position_ids into sequence boundaries). The packed plan never has more
   groups than the padded plan of the same lengths (``pack_by_sum``), which
-  is what learner/rank_commands.py counts to even out data-parallel passes.
+  is what learner/train/rank_commands.py counts to even out data-parallel passes.
 
 Position t of the model's logits predicts token t + 1. Every per-token
 tensor of a micro-batch (loss mask, behaviour log-probs, and the log-probs

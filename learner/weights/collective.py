@@ -44,9 +44,9 @@ from rlvr.actors import collective as wire
 from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
 from rlvr.learner.config import CollectiveConfig
-from rlvr.learner.publish import publish_weights
+from rlvr.learner.weights.publish import publish_weights
 
-log = get_logger("rlvr.learner.collective")
+log = get_logger("rlvr.learner.weights.collective")
 
 
 @dataclass

@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from rlvr.learner.batching import TrainBatchItem, check_item, micro_batch_plan, sft_items
+from rlvr.learner.train.batching import TrainBatchItem, check_item, micro_batch_plan, sft_items
 from rlvr.learner.engine_config import TrainEngineConfig
 
 
@@ -168,7 +168,7 @@ class CommandRunner:
         self.executed[type(cmd).__name__] += 1
         match cmd:
             case Start(cfg=cfg, seed=seed):
-                from rlvr.learner.engine import LearnerEngine
+                from rlvr.learner.train.engine import LearnerEngine
 
                 self.engine = LearnerEngine(cfg, seed=seed)
                 return None

@@ -16,7 +16,7 @@ advantages (``advantage.process``) are not recorded.
 A step replayed after a restart from a checkpoint writes its file again (the
 later one wins, as in metrics.jsonl). A write that fails (a full disk) is
 logged once and never stops training. Not covered: eval rounds (their
-completions go to ``<out_dir>/evals/``, learner/eval_rounds.py) and dropped
+completions go to ``<out_dir>/evals/``, learner/watch/eval_rounds.py) and dropped
 samples (``metrics.jsonl`` counts them by reason).
 """
 
@@ -50,7 +50,7 @@ def group_advantages(groups: list[list[Scored]], cfg: AdvantageConfig | None) ->
     """Each sample's outcome advantage within its group, and the estimator's name.
 
     With ``cfg`` (a learner with an engine) the registered estimator the trainer calls
-    (learner/algos/advantages.py, on the same float32 rewards as learner/steps.py); without
+    (learner/algos/advantages.py, on the same float32 rewards as learner/train/steps.py); without
     (a dry learner: no torch) GRPO in plain Python, ``(r - mean) / (std + 1e-6)``."""
     if cfg is None:
         return [_grpo([sc.verdict.reward for sc in g]) for g in groups], "grpo"

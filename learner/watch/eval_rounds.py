@@ -18,11 +18,11 @@ import anyio
 
 from rlvr.actors.bus import Bus
 from rlvr.learner.config import EvalConfig
-from rlvr.learner.datasets import TaskSpec
-from rlvr.learner.feeder import publish_task
-from rlvr.learner.groups import Group
-from rlvr.learner.passk import mean_pass_at_k
-from rlvr.learner.records import EvalResult
+from rlvr.learner.data.datasets import TaskSpec
+from rlvr.learner.data.feeder import publish_task
+from rlvr.learner.custody.groups import Group
+from rlvr.learner.watch.passk import mean_pass_at_k
+from rlvr.learner.watch.records import EvalResult
 from rlvr.protocol import SamplingParams
 
 

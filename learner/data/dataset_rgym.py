@@ -24,8 +24,8 @@ import dataclasses
 import random
 from typing import Any
 
-from rlvr.learner.dataset_config import ReasoningGymDataset, ReasoningGymTask
-from rlvr.learner.dataset_records import DatasetError, render_prompt
+from rlvr.learner.data.dataset_config import ReasoningGymDataset, ReasoningGymTask
+from rlvr.learner.data.dataset_records import DatasetError, render_prompt
 from rlvr.protocol import VerifierSpec
 
 # The system prompt for each answer format when the config gives none.
@@ -40,7 +40,7 @@ _HELDOUT_SEED = 7919  # held-out datasets use other seeds than the training ones
 
 
 def reasoning_gym_splits(cfg: ReasoningGymDataset, seed: int):
-    from rlvr.learner.datasets import Splits
+    from rlvr.learner.data.datasets import Splits
 
     try:
         import reasoning_gym  # noqa: F401
@@ -75,7 +75,7 @@ def task_config(task: ReasoningGymTask, level: int | None, *, seed: int, size: i
 def _draw(cfg: ReasoningGymDataset, slots: list, weights: list[float], count: int, seed: int, *, purpose: str) -> list:
     import reasoning_gym
 
-    from rlvr.learner.datasets import TaskSpec
+    from rlvr.learner.data.datasets import TaskSpec
 
     if count == 0:
         return []

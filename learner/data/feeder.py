@@ -38,7 +38,7 @@ from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
 from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.tracing import tracer
-from rlvr.learner.datasets import TaskSpec
+from rlvr.learner.data.datasets import TaskSpec
 from rlvr.protocol import SamplingParams, Task
 
 log = get_logger("rlvr.feeder")

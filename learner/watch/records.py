@@ -7,7 +7,7 @@ loose keys. ``flat()`` gives the one-level JSON object that ``metrics.jsonl``
 holds (the file format ``rlvr-actor report`` and the live view read, unchanged
 from before these types existed).
 
-Not here: computing the numbers (``rlvr.learner.metrics``, ``eval_rounds``),
+Not here: computing the numbers (``rlvr.learner.watch.metrics``, ``eval_rounds``),
 or reading the file back (``rlvr.cli.commands.report``).
 """
 
@@ -27,7 +27,7 @@ class StepRecord(msgspec.Struct, frozen=True):
     samples: int  # samples trained in this step
     groups: int
     samples_trained: int  # run total
-    batch: dict[str, float] = {}  # rlvr.learner.metrics.batch_metrics: reward, length, staleness
+    batch: dict[str, float] = {}  # rlvr.learner.watch.metrics.batch_metrics: reward, length, staleness
     engine: dict[str, float] = {}  # the engine's metrics: loss, grad_norm, lr, clip fraction...
     totals: dict[str, float] = {}  # run totals: drops by reason, verifier outcomes, zero-variance share
 

@@ -41,14 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.actors.logs import get_logger
-from rlvr.learner.batching import TrainBatchItem
+from rlvr.learner.train.batching import TrainBatchItem
 from rlvr.learner.engine_config import TrainEngineConfig
-from rlvr.learner.rank_commands import (
+from rlvr.learner.train.rank_commands import (
     Command, CommandRunner, Export, Load, Ping, Save, Sft, Start, Stop, Train, decode, encode, merge_metrics,
     shard_sft, shard_train,
 )
 
-log = get_logger("rlvr.learner.ranks")
+log = get_logger("rlvr.learner.train.ranks")
 
 TIMEOUT_ENV = "RLVR_RANK_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
@@ -90,7 +90,7 @@ def _command_group(timeout: float):
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
 
-    from rlvr.learner.engine import ensure_dist_env
+    from rlvr.learner.train.engine import ensure_dist_env
 
     ensure_dist_env()
     get_accelerator().set_device(int(os.environ["LOCAL_RANK"]))  # before NCCL picks a device

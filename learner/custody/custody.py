@@ -18,7 +18,7 @@ A scored sample the learner receives is, in order:
 
 Every transition returns the stream sequences whose messages may now be
 acked (``Consumer.release``): acks only bound what JetStream redelivers, the
-checkpoint is what makes a fate final (``rlvr.learner.ledger``). The run
+checkpoint is what makes a fate final (``rlvr.learner.custody.ledger``). The run
 totals the summary and heartbeats show (drops by reason, verifier outcomes
 of training samples) are counted here too, in the same transitions, so
 "received" always equals trained + dropped + pending.
@@ -33,9 +33,9 @@ from typing import Literal
 
 from opentelemetry.trace import SpanContext
 
-from rlvr.learner.checkpoint import LedgerEntry
-from rlvr.learner.groups import DropCounter, FilterResult, Group
-from rlvr.learner.ledger import Ledger, LedgerState
+from rlvr.learner.custody.checkpoint import LedgerEntry
+from rlvr.learner.custody.groups import DropCounter, FilterResult, Group
+from rlvr.learner.custody.ledger import Ledger, LedgerState
 from rlvr.protocol import Scored
 
 Receipt = Literal["new", "held_again", "decided", "duplicate"]

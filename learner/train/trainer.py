@@ -10,7 +10,7 @@ each item for truncated importance sampling.
 Alone (the usual case) each operation is a direct call on the engine. With
 several ranks (a launcher set WORLD_SIZE > 1) this is rank 0's handle: each
 operation goes through ``RankGroup``, which sends it to the follower ranks
-and trains on rank 0's share of the batch (learner/ranks.py).
+and trains on rank 0's share of the batch (learner/train/ranks.py).
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 import anyio
 
 from rlvr.actors.bus import Bus
-from rlvr.learner.batching import TrainBatchItem, check_item
-from rlvr.learner.engine import LearnerEngine
+from rlvr.learner.train.batching import TrainBatchItem, check_item
+from rlvr.learner.train.engine import LearnerEngine
 from rlvr.learner.engine_config import TrainEngineConfig
-from rlvr.learner.publish import publish_weights
-from rlvr.learner.ranks import RankGroup, world_size
-from rlvr.learner.steps import StepAligner, group_token_advantages
+from rlvr.learner.weights.publish import publish_weights
+from rlvr.learner.train.ranks import RankGroup, world_size
+from rlvr.learner.train.steps import StepAligner, group_token_advantages
 from rlvr.protocol import Scored
 
 if TYPE_CHECKING:
-    from rlvr.learner.collective import CollectiveHost
+    from rlvr.learner.weights.collective import CollectiveHost
 
 
 class Trainer:
@@ -64,7 +64,7 @@ class Trainer:
 
     def items(self, groups: list[list[Scored]], counts: Counter | None = None) -> list[TrainBatchItem]:
         """One item per sample: its group's outcome advantage, and with process rewards
-        (``advantage.process``) its per-token advantages (learner/steps.py)."""
+        (``advantage.process``) its per-token advantages (learner/train/steps.py)."""
         counts = Counter() if counts is None else counts
         adv_cfg = self.cfg.advantage
         if adv_cfg.process == "steps" and self._aligner is None:
@@ -128,7 +128,7 @@ class Trainer:
     ) -> None:
         """Export this version's weights and announce them; keep the last two exports,
         and every ``keep_every``-th version when it is set. With ``transport = "nccl"``
-        the ``collective`` host announces and broadcasts them (learner/collective.py)."""
+        the ``collective`` host announces and broadcasts them (learner/weights/collective.py)."""
         engine = self._engine()
         directory = weights_root / f"v{version}"
         files = await self.export(directory)

@@ -8,7 +8,7 @@ with ``save_to_disk``, or local parquet/jsonl/json/arrow files read through
 ``reasoning-gym`` package), and ``verifiers`` (a ``verifiers`` environment's
 tasks, as episodes of it). ``docs/your-task.md`` and ``docs/environments.md``
 are the guides; the adapters
-are ``rlvr.learner.datasets`` and its helpers.
+are ``rlvr.learner.data.datasets`` and its helpers.
 
 Every kind renders prompts the same way (``PromptStyle``): a record whose
 prompt is a list of ``{role, content}`` messages is sent as chat messages; a

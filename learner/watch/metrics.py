@@ -1,6 +1,6 @@
 """Per-step metrics: one JSON object per line in ``metrics.jsonl``, mirrored to
 TensorBoard when it is installed, to the experiment trackers that are configured
-(W&B, MLflow: ``rlvr.learner.sinks``), and attached to the step's span."""
+(W&B, MLflow: ``rlvr.learner.watch.sinks``), and attached to the step's span."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlvr.learner.step_alarms import foreign_script_share
+from rlvr.learner.watch.step_alarms import foreign_script_share
 from rlvr.protocol import Scored
 
 if TYPE_CHECKING:
     from rlvr.learner.config import TrackersConfig
-    from rlvr.learner.sinks import Trackers
+    from rlvr.learner.watch.sinks import Trackers
 
 
 class MetricsWriter:
@@ -27,7 +27,7 @@ class MetricsWriter:
         self._f = open(self.path, "a", buffering=1)  # noqa: SIM115 (lives with the learner)
         self._trackers: Trackers | None = None
         if trackers is not None and (trackers.wandb is not None or trackers.mlflow is not None):
-            from rlvr.learner.sinks import Trackers  # its threads import wandb / mlflow, only when configured
+            from rlvr.learner.watch.sinks import Trackers  # its threads import wandb / mlflow, only when configured
 
             self._trackers = Trackers(trackers, out_dir=out_dir, run_name=run_name, resolved_config=resolved_config)
         self._tb = None
@@ -93,7 +93,7 @@ def episode_metrics(samples: list[Scored]) -> dict[str, float]:
     """Turns, tools (calls and errors by tool), environment time, end reasons, template
     rewrites and the masked share of a batch's multi-turn episodes (none when the batch has
     no episode). Only the trained ones: the run's totals over every episode, dropped ones
-    too, are ``run_*`` (``rlvr.learner.tally``)."""
+    too, are ``run_*`` (``rlvr.learner.watch.tally``)."""
     episodes = [s.sample for s in samples if s.sample.episode is not None]
     if not episodes:
         return {}
