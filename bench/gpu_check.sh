@@ -61,6 +61,12 @@ if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 els
 else
   echo "SKIP weights_collective nccl: needs two CUDA devices"
 fi
+# The memory plan (rlvr-actor plan, docs/plan.md) for the same model on this GPU, to read beside
+# each check's measured peak below: PLAN lines per role, the learner's parts included.
+GPU_MEM=$("$PY" -c "import torch; print(f'{torch.cuda.get_device_properties(0).total_memory}B')")
+"$PY" -m rlvr.cli.main plan --config examples/gpu_qwen.toml --quiet-config --gpus 1 --gpu-memory "$GPU_MEM" \
+  --set "rollout.engine.model=\"$MODEL\"" --set "learn.engine.model_path=\"$MODEL\"" 2>&1 \
+  | tee "$OUT/plan.log" | grep -iE "learn|rollout|GiB" | sed 's/^/PLAN /'
 "$PY" - "$OUT/gpu_check.xml" <<'EOF'
 import re
 import sys

@@ -11,6 +11,8 @@
     rlvr-actor autoscale --role verify --config run.toml   # verifier replicas that follow the backlog
     rlvr-actor select --from RUN_DIR --by variance --k 1 --output one.json   # one-shot RLVR
     rlvr-actor config-doc                        # every config option, from the types
+    rlvr-actor plan --config run.toml [--gpus N] [--gpu-memory 80GiB]   # dry run + memory plan, starts nothing
+    rlvr-actor doctor --config run.toml          # a short live check: log-prob agreement, verifier mix, speed
 
 Thin on purpose: only argparse, msgspec and the standard library are imported
 at the top, and a command's module imports what it needs inside its ``run``,
@@ -34,6 +36,7 @@ ROLES = ("rollout", "verify", "learn")
 COMMANDS = {
     "up": "up", "init": "init", "status": "status", "audit": "audit", "eval": "eval", "report": "report",
     "config-doc": "config_doc", "autoscale": "autoscale", "select": "select", "samples": "samples",
+    "plan": "plan", "doctor": "doctor",
 }
 
 

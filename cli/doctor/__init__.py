@@ -1,0 +1,10 @@
+"""``rlvr-actor doctor``: the run for real, briefly, with its own engines, verifier and learner.
+
+- ``agreement``: the rollout engine's distribution against the learner's on the same tokens
+  (sampled-token difference, full-vocabulary KL, top-k overlap) and the likely causes of a gap;
+- ``session``: the short run itself: generate a few groups, score them, train a step or two,
+  reload the weights, and measure each part;
+- ``verdict``: the findings read together: go, or what to fix first.
+
+docs/plan.md has what each figure means.
+"""

@@ -1,0 +1,116 @@
+"""The doctor's findings read together: one verdict (go, or what to fix first) and the forecast.
+
+Order of what to fix first: a failed start-up check (``plan``'s), then log-prob disagreement
+(training on it is off-policy in a way nothing corrects), then a verifier that fails (the
+stage-1 alarm ``verifier_failing``'s words), then flat rewards (``flat_reward``), then
+everything else as warnings.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from rlvr.cli.doctor.agreement import likely_causes
+from rlvr.learner.watch.alarms import FAILING, AlarmConfig
+
+
+class Forecast(msgspec.Struct, frozen=True):
+    rollout_tokens_per_s: float
+    verify_samples_per_s: float
+    learn_tokens_per_s: float | None
+    reload_s: float
+    step_s: float
+    steps: int
+    wall_s: float
+    where_the_time_goes: dict[str, float]  # seconds per step by part
+    assumptions: str
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    go: bool
+    first_fix: str
+    problems: list[str]
+    warnings: list[str]
+
+
+def forecast(cfg, result) -> Forecast:
+    t = result.timing
+    n = cfg.learn.groups_per_step * cfg.learn.group_size
+    kept = 1 - result.zero_variance_groups / max(1, result.groups) if cfg.learn.dynamic_sampling else 1.0
+    gen_factor = 1 / max(kept, 1 / 16)  # groups generated per group trained (dynamic sampling refills)
+    rollout_tps = t.rollout_tokens / t.rollout_s if t.rollout_s else 0.0
+    verify_sps = t.verified / t.verify_s if t.verify_s else 0.0
+    learn_tps = t.learn_tokens / t.learn_s if t.learn_s else None
+    per_sample_tokens = result.mean_prompt_tokens + result.mean_completion_tokens
+    parts = {
+        "rollout": n * gen_factor * result.mean_completion_tokens / rollout_tps if rollout_tps else 0.0,
+        "verify": n * gen_factor / verify_sps if verify_sps else 0.0,
+        "learn": n * per_sample_tokens / learn_tps if learn_tps else 0.0,
+        "reload": t.reload_s / cfg.learn.sync_every,
+    }
+    overlapped = cfg.learn.max_staleness >= 1
+    step = (max(parts["rollout"], parts["verify"], parts["learn"] + parts["reload"]) if overlapped
+            else sum(parts.values()))
+    return Forecast(
+        rollout_tokens_per_s=rollout_tps, verify_samples_per_s=verify_sps, learn_tokens_per_s=learn_tps,
+        reload_s=t.reload_s, step_s=step, steps=cfg.learn.steps, wall_s=step * cfg.learn.steps,
+        where_the_time_goes=parts,
+        assumptions=(f"{n} samples per step, {kept:.0%} of groups kept (measured here), the rates measured in this "
+                     f"session on this machine, {'rollout ahead of the learner (max_staleness >= 1)' if overlapped else 'parts in turn'}"
+                     "; evaluation rounds, checkpoints and the bus not counted"),
+    )
+
+
+def decide(cfg, result, failed_checks: list[str]) -> Verdict:
+    problems, warnings = [], []
+    problems += [f"start-up check failed: {c}" for c in failed_checks]
+    e = cfg.learn.engine
+    for label, a in (("at version 0", result.agreement_before), ("after the training step", result.agreement_after)):
+        if a is not None and a.flagged:
+            causes = likely_causes(
+                rollout_temperature=_rollout_temperature(cfg, result), learner_temperature=e.temperature,
+                top_p=cfg.learn.sampling.top_p, top_k=cfg.learn.sampling.top_k,
+                rollout_dtype=str(getattr(cfg.rollout.engine, "dtype", "float32")), learner_bf16=e.bf16,
+                before_ok=None if result.agreement_before is None or a is result.agreement_before
+                else not result.agreement_before.flagged,
+                reloaded=result.reloaded)
+            problems.append(f"log-prob disagreement {label} ({'; '.join(a.reasons)}); likely: {causes[0]}"
+                            + (f" (also: {'; '.join(causes[1:])})" if len(causes) > 1 else ""))
+            break
+    total = sum(result.outcomes.values())
+    failing = sum(result.outcomes.get(o, 0) for o in FAILING)
+    alarms = AlarmConfig()
+    if total and failing >= alarms.failure_share * total:
+        problems.append(
+            f"verifier_failing: the verifier fails on {failing} of {total} verdicts ({_mix(result.outcomes)}): "
+            "parse_error means it found no answer where it looks, error that it raised or returned no usable "
+            "reward, timeout that it ran past its time limit, sandbox_error that its sandbox failed (examples below)")
+    elif failing:
+        warnings.append(f"{failing} of {total} verdicts failed ({_mix(result.outcomes)})")
+    if result.groups and result.zero_variance_groups >= alarms.flat_share * result.groups:
+        problems.append(
+            f"flat_reward: {result.zero_variance_groups} of {result.groups} groups had zero reward variance, so GRPO "
+            "has no signal; check the prompt asks for the format the verifier reads, and that the task is within "
+            "the model's reach")
+    elif result.zero_variance_groups:
+        share = result.zero_variance_groups / result.groups
+        warnings.append(
+            f"{result.zero_variance_groups} of {result.groups} groups had zero reward variance at the start: "
+            + (f"dynamic sampling drops them, so the rollout generates ~{1 / max(1 - share, 1 / 16):.1f}x the groups "
+               "it trains" if cfg.learn.dynamic_sampling else "they train with zero advantage (dynamic_sampling off)"))
+    warnings += result.notes
+    return Verdict(go=not problems, first_fix=problems[0] if problems else "", problems=problems, warnings=warnings)
+
+
+def _rollout_temperature(cfg, result) -> float:
+    for note in result.notes:
+        if note.startswith("injected: the rollout samples at temperature "):
+            return float(note.rsplit(" ", 1)[1])
+    return cfg.learn.sampling.temperature
+
+
+def _mix(outcomes: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items(), key=lambda kv: -kv[1])) or "none"
+
+
+__all__ = ["Forecast", "Verdict", "decide", "forecast"]
