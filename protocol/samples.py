@@ -90,6 +90,23 @@ class Turn(Struct, frozen=True, array_like=True):
     policy_version: int
 
 
+class Segment(Struct, frozen=True, array_like=True):
+    """One more conversation of an episode, trained as a sequence of its own (an agent's episode).
+
+    An agent (``rlvr.rollout.agents``) may edit, truncate or summarise its history, or run sub-agents
+    with conversations of their own: its next request then does not extend the tokens recorded so far,
+    and the rollout starts a new segment rather than splice two histories. The Sample's own
+    ``prompt_ids`` and ``completion`` hold the segment of the episode's last model turn; every other
+    segment is one of these, in the order they were started: its prompt ids, its completion (ids,
+    behaviour log-probs, and the mask: 1 on the model's tokens, 0 on what the agent added) and its
+    model turns (spans of ``completion.ids``). The learner trains each as its own sequence with the
+    episode's advantage. Appending fields is allowed; reordering is not (array_like)."""
+
+    prompt_ids: list[TokenId]
+    completion: Completion
+    turns: list[Turn]
+
+
 class Episode(Struct, frozen=True, omit_defaults=True):
     """A multi-turn episode: the model's turns, what ended it, what the
     environment said (its rewards, per turn and final) and how its tools went.
@@ -112,6 +129,16 @@ class Episode(Struct, frozen=True, omit_defaults=True):
     # gave none or did not run: a turn of tool calls); [] when no step gave any. Each is plain JSON,
     # at most MAX_INFO_BYTES of JSON (the rollout trims a larger one), for a person to read, never trained on.
     info: list[dict[str, Any]] = []
+    # An agent's episode: its segments other than the Sample's own (``Segment``); [] for one conversation.
+    segments: list[Segment] = []
+    # An agent's episode (rlvr.rollout.agents): the Sample's ``prompt_ids`` are the rendered request of its
+    # last segment, so the agent's, generated like the completion (``sample_meaning`` leaves them out).
+    agent: bool = False
+
+    @property
+    def segment_count(self) -> int:
+        """The episode's conversations trained as sequences: the Sample's own and ``segments``."""
+        return 1 + len(self.segments)
 
 
 class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
@@ -157,7 +184,7 @@ def sample_meaning(sample: Sample) -> bytes:
     """What makes two copies of a sample the same slot of the same task: every
     field the task fixed, none the generation produced (the completion, its
     text and finish reason, the policy versions, the replica, the timings, and
-    a multi-turn episode's turns).
+    a multi-turn episode's turns, an agent's prompt ids).
 
     A task is generated at least once: a rollout replica that dies (or whose
     nats-server dies) after publishing a group but before acking its task has
@@ -179,22 +206,36 @@ def sample_meaning(sample: Sample) -> bytes:
             replica="",
             timings=Timings(),
             episode=None,  # an episode generated again takes other turns
+            # An agent's prompt ids are what it sent (its history, compacted or not): generated. The task's
+            # own prompt (``prompt``) stays in the meaning.
+            prompt_ids=[] if sample.episode is not None and sample.episode.agent else sample.prompt_ids,
             measures={},  # measured on the generated completion
         )
     )
 
 
-def scored_msg_id(sample: Sample) -> str:
-    """The ``Nats-Msg-Id`` of a sample's Scored: its id and a digest of its meaning.
+def scored_msg_id(sample: Sample, verdict: Verdict | None = None) -> str:
+    """The ``Nats-Msg-Id`` of a sample's Scored: its id, a digest of its meaning and one of its
+    verdict (``verdict_digest``; the verifier always passes it).
 
-    Copies of one slot (a sample verified again, a group generated again) share it,
-    so SCORED stores the first and drops the others inside the duplicate window. A
-    sample published under the same id with other content (another prompt, gold or
-    verifier) gets another, so both reach the learner, which refuses the second as a
-    ``conflict`` with its reason, whichever verifier replica scored each (one replica
-    alone cannot see a copy another replica took)."""
+    Copies of one slot scored alike (a sample verified again, a group generated again) share
+    it, so SCORED stores the first and drops the others inside the duplicate window. A sample
+    published under the same id with other content (another prompt, gold or verifier), or the
+    same sample scored with another verdict (two verifier replicas that took it in turn), gets
+    another, so both reach the learner, which keeps one by content (the lower
+    ``rlvr.learner.custody.custody.copy_rank``), whichever verifier replica scored each and
+    whichever SCORED stored first (one replica alone cannot see a copy another replica took)."""
     digest = hashlib.blake2b(sample_meaning(sample), digest_size=8).hexdigest()
-    return f"{sample.sample_id}#{digest}"
+    if verdict is None:
+        return f"{sample.sample_id}#{digest}"
+    return f"{sample.sample_id}#{digest}.{verdict_digest(verdict).hex()}"
+
+
+def verdict_digest(verdict: Verdict) -> bytes:
+    """A digest of a verdict without what differs between two scorings of one thing (its
+    ``latency_s``): equal for two verifiers that agree, different when they do not."""
+    return hashlib.blake2b(msgspec.msgpack.encode(msgspec.structs.replace(verdict, latency_s=0.0)),
+                           digest_size=8).digest()
 
 
 class StepScore(Struct, frozen=True, array_like=True):
@@ -246,9 +287,11 @@ __all__ = [
     "Outcome",
     "Sample",
     "Scored",
+    "Segment",
     "StepScore",
     "Timings",
     "Verdict",
     "sample_meaning",
     "scored_msg_id",
+    "verdict_digest",
 ]

@@ -47,6 +47,8 @@ MAX_TURNS = 256
 # Most new tokens per completion (SamplingParams.max_tokens), and the longest
 # prompt or completion in tokens: 128 Ki, the longest context of current models.
 MAX_TOKENS = 131_072
+# Tokens of an agent's episode, all its segments' prompts and completions together (Episode.segments).
+MAX_EPISODE_TOKENS = 4 * MAX_TOKENS
 # Characters of a prompt (all chat messages together) or a completion's text.
 MAX_TEXT_CHARS = 4_000_000
 # Chat messages in one prompt; stop strings in one SamplingParams.
@@ -189,12 +191,45 @@ def _check_episode(s: Sample) -> None:
     _count("episode.transcript", len(e.transcript), 4 * MAX_TURNS)
     if sum(len(part) for pair in e.transcript for part in pair) > MAX_TEXT_CHARS:
         _fail(f"episode.transcript is more than {MAX_TEXT_CHARS} characters")
+    _check_segments(s)
     _count("episode.info", len(e.info), MAX_TURNS)
     for i, info in enumerate(e.info):
         if _depth(info, MAX_PARAMS_DEPTH) > MAX_PARAMS_DEPTH:
             _fail(f"episode.info[{i}] nests deeper than {MAX_PARAMS_DEPTH} levels")
         if len(msgspec.json.encode(info)) > MAX_INFO_BYTES + 64:  # the rollout's trim marker fits the slack
             _fail(f"episode.info[{i}] is more than {MAX_INFO_BYTES} bytes of JSON")
+
+
+def _check_segments(s: Sample) -> None:
+    """An agent's other segments (``Episode.segments``): each a trainable sequence of its own, bounded
+    like the Sample's own prompt and completion; all turns together at most MAX_TURNS."""
+    e = s.episode
+    _count("episode.segments", len(e.segments), MAX_TURNS)
+    _count("episode turns, all segments", len(e.turns) + sum(len(g.turns) for g in e.segments), MAX_TURNS)
+    total = len(s.prompt_ids) + len(s.completion.ids)
+    for k, g in enumerate(e.segments):
+        at, c = f"episode.segments[{k}]", g.completion
+        if not g.prompt_ids or not c.ids:
+            _fail(f"{at} has an empty prompt or completion")
+        _count(f"{at}.prompt_ids", len(g.prompt_ids), MAX_TOKENS)
+        _count(f"{at}.completion.ids", len(c.ids), MAX_TOKENS)
+        if not len(c.logprobs) == len(c.mask) == len(c.ids):
+            _fail(f"{at}.completion has {len(c.ids)} ids, {len(c.logprobs)} log-probs and {len(c.mask)} mask entries")
+        if any(m not in (0, 1) for m in c.mask) or not any(c.mask):
+            _fail(f"{at}.completion.mask holds values other than 0 and 1, or marks no token as the policy's")
+        last = 0
+        for i, turn in enumerate(g.turns):
+            if not last <= turn.start <= turn.end <= len(c.ids):
+                _fail(f"{at}.turns[{i}] spans [{turn.start}, {turn.end}), outside the completion or out of order")
+            if turn.end - turn.start > s.sampling.max_tokens:
+                _fail(f"{at}.turns[{i}] has {turn.end - turn.start} tokens, more than sampling.max_tokens="
+                      f"{s.sampling.max_tokens}")
+            if not s.policy_version <= turn.policy_version <= s.policy_version_max:
+                _fail(f"{at}.turns[{i}].policy_version {turn.policy_version} is outside the sample's versions")
+            last = turn.end
+        total += len(g.prompt_ids) + len(c.ids)
+    if total > MAX_EPISODE_TOKENS:
+        _fail(f"the episode's segments hold {total} tokens, more than {MAX_EPISODE_TOKENS}")
 
 
 def check_task(task: Task) -> None:
@@ -322,14 +357,18 @@ def check_message(msg: object) -> None:
 
 
 def check_token_ids_in_vocab(scored: Scored, vocab_size: int) -> None:
-    """Every prompt and completion id of ``scored`` is below ``vocab_size``.
+    """Every prompt and completion id of ``scored`` (its episode's segments too) is below ``vocab_size``.
 
     The learner calls this before the sample reaches its embedding: on a GPU
     an out-of-range id is a device-side assert that kills the process, and the
     sample would be replayed into it after every restart.
     """
     s = scored.sample
-    for path, ids in (("prompt_ids", s.prompt_ids), ("completion.ids", s.completion.ids)):
+    pairs = [("prompt_ids", s.prompt_ids), ("completion.ids", s.completion.ids)]
+    for k, g in enumerate(s.episode.segments if s.episode is not None else []):
+        pairs += [(f"episode.segments[{k}].prompt_ids", g.prompt_ids), (f"episode.segments[{k}].completion.ids",
+                                                                        g.completion.ids)]
+    for path, ids in pairs:
         top = max(ids, default=-1)
         if top >= vocab_size:
             i = ids.index(top)

@@ -15,6 +15,10 @@ WEIGHTS stream). A prompt the engine rejects as too long still yields ``n``
 samples with ``finish_reason = "rejected"`` so the learner's group accounting
 closes; the verifier scores them ``parse_error`` and the learner counts the
 drop. An engine that died ends the replica with a non-zero exit.
+
+With ``[rollout.agent]`` set, the replica serves an ``AgentEndpoint`` and plays
+every task without an ``env`` as ``n`` episodes of that agent
+(rollout/agents/runner.py, docs/agents.md), at most ``max_concurrent`` at once.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class RolloutActor:
         self.weights_load_s = 0.0
         self.weights_fetch_s = 0.0
         self.abort_scopes: set[anyio.CancelScope] = set()
+        self.agent_endpoint = None
+        self.agents = None  # AgentRunner, with [rollout.agent]
         self.episode_settings = EpisodeSettings(cfg.env_timeout_s, cfg.tool_timeout_s, cfg.tool_format,
                                                 cfg.on_template_rewrite)
 
@@ -69,9 +75,11 @@ class RolloutActor:
         use_sandbox(self.cfg.sandbox)
         await self.engine.start()
         log.info("engine_ready", engine=self.cfg.engine.__struct_config__.tag)
-        if self.cfg.environments:
+        if self.cfg.environments or self.cfg.agent is not None:
             self._check_chat_template()
         try:
+            if self.cfg.agent is not None:
+                await self._start_agents()
             watcher = WeightsWatcher(ctx.bus, self, self.cfg)
             self.consumer = Consumer(
                 ctx.bus,
@@ -94,7 +102,22 @@ class RolloutActor:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                if self.agent_endpoint is not None:
+                    await self.agent_endpoint.stop()
                 await self.engine.close()
+
+    async def _start_agents(self) -> None:
+        """The agent's endpoint on this replica and the runner that plays its episodes."""
+        from rlvr.protocol import SamplingParams
+        from rlvr.rollout.agents.endpoint import AgentEndpoint
+        from rlvr.rollout.agents.runner import AgentRunner
+
+        agent = self.cfg.agent
+        assert agent is not None
+        self.agent_endpoint = AgentEndpoint(self.engine, sampling=SamplingParams(), tool_format=self.cfg.tool_format,
+                                            host=agent.host, port=agent.port, model_name=agent.model_name)
+        self.agents = AgentRunner(agent, self.agent_endpoint)  # a missing program or callable stops us here
+        await self.agent_endpoint.start()
 
     def _check_chat_template(self) -> None:
         """Episodes render every turn with the model's chat template: a model without one is a
@@ -106,9 +129,14 @@ class RolloutActor:
         except TemplateMissingError as e:
             model = getattr(self.cfg.engine, "model", "") or self.cfg.engine.__struct_config__.tag
             raise TemplateMissingError(
-                f"rollout.environments lists {', '.join(self.cfg.environments)}, and episodes are rendered with the "
+                f"{self._episodes_by()}, and episodes are rendered with the "
                 f"model's chat template, but the model {model!r} (rollout.engine.model) has none ({e}); give its "
                 "tokenizer a chat_template (tokenizer_config.json), or use a chat model") from None
+
+    def _episodes_by(self) -> str:
+        if self.cfg.environments:
+            return f"rollout.environments lists {', '.join(self.cfg.environments)}"
+        return f"rollout.agent runs {self.cfg.agent.name}"  # type: ignore[union-attr]
 
     async def handle(self, task: Task, delivery: Delivery) -> Nak | None:
         picked_up = time.time()
@@ -147,6 +175,8 @@ class RolloutActor:
         try:
             if task.env is not None:
                 return await self._episodes(task)
+            if self.agents is not None:
+                return await self._agent_episodes(task)
             return single_turn(await self.engine.generate(task.prompt, task.n, task.sampling))
         except PromptTooLongError as e:
             log.warning("prompt_rejected", reason=str(e))
@@ -160,6 +190,20 @@ class RolloutActor:
 
         async def one(i: int) -> None:
             results[i] = await run_episode(self.engine, task, i, self.episode_settings)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(task.n):
+                tg.start_soon(one, i)
+        return [r for r in results if r is not None]
+
+    async def _agent_episodes(self, task: Task) -> list[EpisodeResult]:
+        """The task's n samples as episodes of the agent, side by side (the runner bounds how many run)."""
+        results: list[EpisodeResult | None] = [None] * task.n
+        agents = self.agents
+        assert agents is not None
+
+        async def one(i: int) -> None:
+            results[i] = await agents.play(task, i)
 
         async with anyio.create_task_group() as tg:
             for i in range(task.n):
@@ -222,6 +266,9 @@ class RolloutActor:
         counters = dict(self.consumer.stats.counters) if self.consumer else {}
         counters["samples_total"] = self.samples.total
         counters["tokens_total"] = self.tokens.total
+        if self.agents is not None:  # agent episodes by end reason, and callables left running
+            counters.update({f"agent_end_{reason}": k for reason, k in self.agents.ends.items()})
+            counters["agent_abandoned"] = self.agents.abandoned
         return HeartbeatFields(
             policy_version=self.version,
             in_flight=self.consumer.stats.in_flight if self.consumer else 0,
@@ -233,6 +280,7 @@ class RolloutActor:
                 "queue_wait_p99_s": self.queue_wait.quantile(0.99),
                 "weights_fetch_s": self.weights_fetch_s,
                 "weights_load_s": self.weights_load_s,
+                **({"agent_episodes_running": float(self.agents.running)} if self.agents is not None else {}),
             },
         )
 

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
+from rlvr.rollout.agents.config import AgentConfig
 from rlvr.rollout.engines.base import GenerationEngineConfig, TrivialEngineConfig
 from rlvr.sandbox.config import SandboxConfig
 
@@ -58,10 +59,15 @@ class RolloutConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Seconds a tool call may take; past it the model is told it timed out.
     tool_timeout_s: Annotated[float, Meta(gt=0)] = 30.0
     # How the model writes tool calls: "hermes" (<tool_call>{json}</tool_call>: Qwen and
-    # Hermes-style templates), "llama3" ({"name", "parameters"}), "plain" (name(argument)).
-    tool_format: Literal["hermes", "llama3", "plain"] = "hermes"
+    # Hermes-style templates), "llama3" ({"name", "parameters"}), "plain" (name(argument)),
+    # "ask" (a turn that is nothing but "=" calls the one tool offered: the built-in character model).
+    tool_format: Literal["hermes", "llama3", "plain", "ask"] = "hermes"
     # A chat template that rewrites earlier turns (Qwen3 strips past <think> blocks):
     # "keep" the tokens the model saw (counted in Episode.template_rewrites), or "end" the episode.
     on_template_rewrite: Literal["keep", "end"] = "keep"
     # The sandbox of the built-in python tool: the same levels and limits as [verify.sandbox].
     sandbox: SandboxConfig = SandboxConfig()
+    # An agent program this replica runs for every task without an env (docs/agents.md): each
+    # of the task's n samples is an episode of it, on an OpenAI- and Anthropic-compatible endpoint
+    # the replica serves. None: tasks are plain completions (or environment episodes).
+    agent: AgentConfig | None = None

@@ -17,6 +17,9 @@ calls are parsed from its turn in the format the model was trained on
   several calls. Such a line is a call whatever the name: one the environment
   does not offer (a misspelling) is answered ``error: unknown tool ...``, never
   passed to ``step`` as an answer. A name inside a sentence is no call.
+- ``ask``: for a model that cannot spell a name at all (the built-in character
+  model): a turn that is nothing but ``=`` calls the one tool offered, with no
+  arguments (examples/agent_calc/); with no tool or several offered, it is no call.
 
 ``call_tool`` runs one call under a timeout and always returns a
 ``ToolResult``: the function's answer as text, or an error the model is told
@@ -39,7 +42,7 @@ from typing import Any, Literal
 
 import msgspec
 
-ToolFormat = Literal["hermes", "llama3", "plain"]
+ToolFormat = Literal["hermes", "llama3", "plain", "ask"]
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _PLAIN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*$", re.MULTILINE)
@@ -124,6 +127,8 @@ def parse_tool_calls(text: str, fmt: ToolFormat, tools: dict[str, Tool]) -> tupl
             return [], []
         call, problem = _json_call(body, "parameters")
         return ([call], []) if call is not None else ([], [problem])
+    if fmt == "ask":
+        return ([ToolCall(next(iter(tools)), {}, "=")], []) if text.strip() == "=" and len(tools) == 1 else ([], [])
     # Every such line is a call: an unknown name gets call_tool's "unknown tool" error, as in JSON formats.
     calls = [ToolCall(m.group(1), {"_": m.group(2)}, m.group(0).strip()) for m in _PLAIN.finditer(text)]
     return calls, []

@@ -137,6 +137,17 @@ class GroupAssembler:
             return group
         return None
 
+    def replace(self, seq: int, scored: Scored) -> int | None:
+        """Put ``scored`` (at ``seq``) in the place of the member with its sample id, if that member's
+        group is still open; return the stream seq of the member it replaced (None: no open group
+        holds that id, the copy changes nothing). Custody decides which copy of a conflict to keep."""
+        group = self.open.get(scored.sample.group_id)
+        for i, (old_seq, member) in enumerate(group.members if group is not None else []):
+            if member.sample_id == scored.sample_id:
+                group.members[i] = (seq, scored)
+                return old_seq
+        return None
+
     def expire(self, now: float | None = None) -> list[Group]:
         """Groups open longer than the timeout in stream time, removed and returned (drop them as partial)."""
         now = self.clock.now() if now is None else now
@@ -209,14 +220,15 @@ def judged(sc: Scored) -> bool:
 
 
 def episode_slack(sc: Scored) -> int:
-    """Extra versions of staleness an episode may have: one per turn after its first.
+    """Extra versions of staleness an episode may have: one per turn after its first (an agent's
+    turns in all its segments).
 
     An episode's staleness counts from its first turn (``policy_version`` is the
     version that turn was generated under), and the policy moves on while the
     environment answers; a filter meant for single completions would starve
     every long episode (docs/environments.md, "Staleness")."""
     e = sc.sample.episode
-    return 0 if e is None else max(0, len(e.turns) - 1)
+    return 0 if e is None else max(0, len(e.turns) + sum(len(g.turns) for g in e.segments) - 1)
 
 
 def invalid_reason(sc: Scored, group_size: int) -> str | None:

@@ -36,10 +36,13 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import msgspec
 import torch
+
+if TYPE_CHECKING:
+    from rlvr.protocol import Sample
 
 
 class TrainBatchItem(msgspec.Struct, frozen=True):
@@ -56,6 +59,9 @@ class TrainBatchItem(msgspec.Struct, frozen=True):
     # Token-level credit (process rewards, per-turn rewards: learner/algos/process.py): one
     # advantage per completion token, in place of ``advantage``. Empty: ``advantage`` everywhere.
     token_advantages: list[float] = []
+    # PPO with a critic (``advantage.name = "gae"``): the sample's reward, placed on its last policy
+    # token for GAE (learner/algos/gae.py); ``advantage`` is then unused.
+    reward: float = 0.0
 
     def targets(self) -> list[bool]:
         """Which completion tokens the loss covers."""
@@ -90,6 +96,7 @@ class MicroBatch:
     # Packed only: [1, W] int64 positions, restarting at 0 for each sample
     # (None: padded rows, the model numbers positions itself).
     position_ids: torch.Tensor | None = None
+    rewards: torch.Tensor | None = None  # [B] float32: each item's ``reward`` (GAE's outcome reward)
 
     @property
     def tokens(self) -> int:
@@ -225,6 +232,7 @@ def build_packed_micro_batch(items: Sequence[TrainBatchItem]) -> MicroBatch:
         behaviour_logprobs=behaviour,
         advantages=_advantages(items, width - 1),
         sample_ids=tuple(it.sample_id for it in items),
+        rewards=torch.tensor([it.reward for it in items], dtype=torch.float32),
         position_ids=torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths]).unsqueeze(0),
     )
 
@@ -251,6 +259,7 @@ def build_micro_batch(items: Sequence[TrainBatchItem], pad_token_id: int) -> Mic
         behaviour_logprobs=behaviour,
         advantages=_advantages(items, width - 1),
         sample_ids=tuple(it.sample_id for it in items),
+        rewards=torch.tensor([it.reward for it in items], dtype=torch.float32),
     )
 
 
@@ -276,6 +285,20 @@ def micro_batch_plan(items: Sequence[TrainBatchItem], max_tokens: int, *, packed
     return pack_by_sum(lengths, max_tokens) if packed else pack_by_tokens(lengths, max_tokens)
 
 
+def sample_items(sample: Sample, advantage: float, token_advantages: Sequence[float] = ()) -> list[TrainBatchItem]:
+    """A scored sample's training sequences: its own prompt and completion, then each segment of an
+    agent's episode (``Episode.segments``) as a sequence of its own, ``<sample_id>#segment-<k>``, with
+    its own loss mask and the episode's ``advantage`` (token advantages, when given, belong to the
+    sample's own completion: its episode's turns index it). Custody stays per Sample: the items of one
+    sample are trained, or dropped, together."""
+    items = [TrainBatchItem(sample.prompt_ids, sample.completion.ids, sample.completion.logprobs, advantage,
+                            sample.sample_id, sample.completion.mask, token_advantages=list(token_advantages))]
+    for k, seg in enumerate(sample.episode.segments if sample.episode is not None else []):
+        items.append(TrainBatchItem(seg.prompt_ids, seg.completion.ids, seg.completion.logprobs, advantage,
+                                    f"{sample.sample_id}#segment-{k + 1}", seg.completion.mask))
+    return items
+
+
 def sft_items(pairs: Sequence[tuple]) -> list[TrainBatchItem]:
     """(prompt, response) pairs as items; the loss mask covers the response only. A
     (prompt, response, mask) triple is a multi-turn transcript: only its 1s are targets."""
@@ -297,5 +320,6 @@ __all__ = [
     "micro_batches",
     "pack_by_sum",
     "pack_by_tokens",
+    "sample_items",
     "sft_items",
 ]

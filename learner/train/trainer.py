@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import msgspec
 
 from rlvr.actors.bus import Bus
-from rlvr.learner.train.batching import TrainBatchItem, check_item
+from rlvr.learner.train.batching import TrainBatchItem, check_item, sample_items
 from rlvr.learner.train.engine import LearnerEngine
 from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.learner.weights.publish import publish_weights
@@ -63,20 +64,24 @@ class Trainer:
             await self.load(resume_dir)
 
     def items(self, groups: list[list[Scored]], counts: Counter | None = None) -> list[TrainBatchItem]:
-        """One item per sample: its group's outcome advantage, and with process rewards
-        (``advantage.process``) its per-token advantages (learner/train/steps.py)."""
+        """One item per sample (per segment of an agent's episode: ``sample_items``): its group's
+        outcome advantage, and with process rewards (``advantage.process``) its per-token advantages
+        (learner/train/steps.py); with ``advantage.name = "gae"`` its reward instead."""
         counts = Counter() if counts is None else counts
         adv_cfg = self.cfg.advantage
+        if adv_cfg.name == "gae":
+            # PPO's critic credits each token in the engine (GAE over the reward at the last policy
+            # token): an item carries its sample's reward, and no group advantage.
+            return [msgspec.structs.replace(it, reward=sc.verdict.reward)
+                    for group in groups for sc in group for it in sample_items(sc.sample, 0.0)]
         if adv_cfg.process == "steps" and self._aligner is None:
             self._aligner = StepAligner.for_model(self.cfg.model_path)
         out = []
         for group in groups:
             outcome, token_adv = group_token_advantages(group, adv_cfg, self._aligner, counts)
             for i, sc in enumerate(group):
-                s = sc.sample
-                out.append(TrainBatchItem(s.prompt_ids, s.completion.ids, s.completion.logprobs, outcome[i],
-                                          s.sample_id, s.completion.mask,
-                                          token_advantages=token_adv[i] if token_adv is not None else []))
+                # An agent's episode with several segments trains each as its own sequence.
+                out += sample_items(sc.sample, outcome[i], token_adv[i] if token_adv is not None else ())
         return out
 
     async def train(self, groups: list[list[Scored]]) -> dict[str, float]:

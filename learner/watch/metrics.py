@@ -90,8 +90,8 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def episode_metrics(samples: list[Scored]) -> dict[str, float]:
-    """Turns, tools (calls and errors by tool), environment time, end reasons, template
-    rewrites and the masked share of a batch's multi-turn episodes (none when the batch has
+    """Turns, segments (an agent's conversations), tools (calls and errors by tool), environment
+    time, end reasons, template rewrites and the masked share of a batch's multi-turn episodes (none when the batch has
     no episode). Only the trained ones: the run's totals over every episode, dropped ones
     too, are ``run_*`` (``rlvr.learner.watch.tally``)."""
     episodes = [s.sample for s in samples if s.sample.episode is not None]
@@ -106,6 +106,11 @@ def episode_metrics(samples: list[Scored]) -> dict[str, float]:
     }
     for reason, n in Counter(s.episode.end_reason for s in episodes).items():
         out[f"episode_end_{reason}"] = float(n)
+    # Conversations per episode trained as sequences: an agent that edits or compacts its history, or runs
+    # sub-agents, has several (Episode.segments); 1 for every other episode.
+    segments = [s.episode.segment_count for s in episodes]
+    out["episode_segments_mean"] = statistics.fmean(segments)
+    out["episode_segments_max"] = float(max(segments))
     # Turns whose chat template rewrote an earlier one (kept or ended: on_template_rewrite).
     out["episode_template_rewrites"] = float(sum(s.episode.template_rewrites for s in episodes))
     calls: Counter[str] = Counter()
