@@ -1,6 +1,8 @@
 """Learner peak memory and tokens/s of the log-prob path: full-vocabulary
 logits (the old path) against log-probs chunked over tokens
-(learner/train/token_logprobs.py).
+(learner/train/token_logprobs.py), and what PPO's critic adds to the chunked
+path (``ppo``: the value head on the same hidden states, the pass without
+gradient for the old log-probs and values, GAE and the clipped value loss).
 
 One measurement is one forward + backward of what ``train_step`` does per
 micro-batch: the model's forward, log-probs and entropy at temperature T,
@@ -44,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "learner_memory.jsonl"
-VARIANTS = ("full_logits", "chunked")
+VARIANTS = ("full_logits", "chunked", "ppo")
 
 
 def build_model(out: Path, args: argparse.Namespace) -> None:
@@ -72,7 +74,10 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.learner.train.token_logprobs import full_logits_logprobs, token_logprobs
+    from rlvr.learner.algos.gae import gae_advantages_returns, token_level_rewards
+    from rlvr.learner.algos.value_loss import value_loss
+    from rlvr.learner.train.batching import MicroBatch
+    from rlvr.learner.train.token_logprobs import full_logits_logprobs, micro_batch_logprobs_values, token_logprobs
 
     device = torch.device(args.device)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
@@ -86,8 +91,32 @@ def measure(variant: str, args: argparse.Namespace) -> dict:
     loss_mask = torch.zeros(rows, args.seq_len - 1, device=device)
     loss_mask[:, args.seq_len // 4 :] = 1.0  # the response: the last three quarters of each row
     advantages = torch.linspace(-1.0, 1.0, rows, device=device).unsqueeze(-1)
+    head = None
+    if variant == "ppo":  # learner/train/critic.py's value head, in the model's dtype
+        head = torch.nn.Linear(args.hidden, 1, dtype=dtype).to(device)
+        model.add_module("rlvr_value_head", head)
+        mb = MicroBatch(input_ids=ids.cpu(), attention_mask=mask.cpu(), loss_mask=loss_mask.bool().cpu(),
+                        behaviour_logprobs=torch.zeros(rows, args.seq_len - 1), advantages=torch.zeros(rows),
+                        sample_ids=tuple(str(i) for i in range(rows)))
+
+    def ppo_step() -> None:
+        # The engine's PPO step on one micro-batch: old log-probs and values without gradient,
+        # GAE, then the pass with gradient for the policy and value losses.
+        with torch.no_grad():
+            _, _, old_v = micro_batch_logprobs_values(model, mb, args.temperature, device, head,
+                                                      chunk_tokens=args.chunk_tokens)
+        rewards = token_level_rewards(torch.linspace(0.0, 1.0, rows, device=device), loss_mask)
+        adv, ret = gae_advantages_returns(rewards, old_v, loss_mask, 1.0, 0.95)
+        logp, entropy, v = micro_batch_logprobs_values(model, mb, args.temperature, device, head, with_entropy=True,
+                                                       chunk_tokens=args.chunk_tokens)
+        vloss, _ = value_loss(v, ret, old_v, loss_mask, 0.2)
+        loss = -(logp * adv * loss_mask).sum() / loss_mask.sum() - 1e-3 * (entropy * loss_mask).mean() + 0.5 * vloss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
 
     def step() -> None:
+        if variant == "ppo":
+            return ppo_step()
         if variant == "chunked":
             logp, entropy = token_logprobs(model, ids, mask, args.temperature, with_entropy=True,
                                            chunk_tokens=args.chunk_tokens)
@@ -173,10 +202,13 @@ def main() -> None:
             "peak_gib": round(statistics.median(x["peak_bytes"] for x in results) / 2**30, 3),
             "tokens_per_s": round(statistics.median(x["tokens"] / x["seconds"] for x in results), 1),
         }
-    old, new = summary["full_logits"], summary["chunked"]
+    old, new, ppo = summary["full_logits"], summary["chunked"], summary["ppo"]
     ratios = {
         "peak_memory_old_over_new": round(old["peak_gib"] / max(new["peak_gib"], 1e-9), 2),
         "tokens_per_s_new_over_old": round(new["tokens_per_s"] / old["tokens_per_s"], 3),
+        # What the critic adds to a (chunked) micro-batch's pass: peak memory and time.
+        "peak_memory_ppo_over_chunked": round(ppo["peak_gib"] / max(new["peak_gib"], 1e-9), 3),
+        "tokens_per_s_ppo_over_chunked": round(ppo["tokens_per_s"] / new["tokens_per_s"], 3),
     }
     shape = {k: getattr(args, k) for k in ("tokens", "seq_len", "vocab", "hidden", "layers", "chunk_tokens",
                                            "temperature", "dtype", "device", "gradient_checkpointing", "repeats")}
@@ -188,6 +220,8 @@ def main() -> None:
         print(f"{variant:<12} {summary[variant]['peak_gib']:>18.3f} {peaks:>24} {summary[variant]['tokens_per_s']:>9.0f}")
     print(f"peak memory, old / new: {ratios['peak_memory_old_over_new']:.2f}x; "
           f"tokens/s, new / old: {ratios['tokens_per_s_new_over_old']:.3f}x")
+    print(f"PPO's critic on the chunked path: peak memory x{ratios['peak_memory_ppo_over_chunked']:.3f}, "
+          f"tokens/s x{ratios['tokens_per_s_ppo_over_chunked']:.3f}")
     append_result(RESULTS, {"shape": shape, **summary, **ratios})
 
 

@@ -58,7 +58,7 @@ def load_role_config(role: str, path: str | Path | None, overrides: dict | None 
         raise ValueError(f"unknown role {role!r}")
     fields = [(role, section, section())] + [
         (other, dict, msgspec.field(default_factory=dict)) for other in ROLE_SECTIONS + OTHER_SECTIONS if other != role
-    ]
+    ] + [("stages", list, msgspec.field(default_factory=list))]  # `up`'s [[stages]] (rlvr.cli.stages): not a role's
     typ = msgspec.defstruct(
         f"{role.title()}RunConfig", fields, bases=(SharedSections,), frozen=True, forbid_unknown_fields=True
     )

@@ -24,6 +24,7 @@ from rlvr.actors.config import (
     ConfigError, Seconds, SharedSections, convert_config, read_config,
 )
 from rlvr.cli.autoscale.policy import AutoscaleConfig
+from rlvr.cli.stages.config import Stage, check_stages
 from rlvr.learner.config import LearnConfig
 from rlvr.rollout.config import RolloutConfig
 from rlvr.rollout.engines.base import VLLMEngineConfig
@@ -60,9 +61,14 @@ class Config(SharedSections, frozen=True, forbid_unknown_fields=True):
     # Verifier replicas that follow the backlog: under `up` when enabled, and
     # `rlvr-actor autoscale --role verify` (docs/autoscaling.md).
     autoscale: AutoscaleConfig = AutoscaleConfig()
+    # `rlvr-actor up` only: stages run one after another, each from the previous one's weights
+    # (kind = "sft" | "rl" | "rejection_sft", each with its own [learn] overrides: docs/recipes.md).
+    # Empty: one RL run of [learn].
+    stages: tuple[Stage, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_stages(self.learn, self.stages)
         # A LoRA learner publishes adapters only: a vLLM rollout must be started able to serve them.
         lora, engine = self.learn.engine.lora if self.learn.engine else None, self.rollout.engine
         if lora is not None and lora.enabled and isinstance(engine, VLLMEngineConfig):

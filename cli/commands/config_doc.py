@@ -131,6 +131,8 @@ def _struct_types(t: mi.Type) -> list[mi.StructType]:
         return [t]
     if isinstance(t, mi.UnionType):
         return [s for s in t.types if isinstance(s, mi.StructType)]
+    if isinstance(t, (mi.ListType, mi.VarTupleType)):  # [[stages]]: a table per item
+        return _struct_types(t.item_type)
     return []
 
 

@@ -122,6 +122,10 @@ def run(args: Args) -> int:
     try:
         cfg = load_config(path, overrides={**overrides, "nats.url": server.url})
         cfg = _resolve_engine(cfg, display)
+        if cfg.stages:  # stages in one run (cli/stages/): each its own roles, one after another
+            from rlvr.cli.stages.runner import run_stages
+
+            return run_stages(cfg, run_dir, display, stop, started_at)
         try:
             cfg = _prepare(cfg, run_dir, display, stop)
         except PrepareFailedError as e:

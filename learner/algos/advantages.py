@@ -96,6 +96,9 @@ ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo, "drgrpo": drgrpo, "rloo": rl
 
 def compute_advantages(rewards: torch.Tensor, cfg: AdvantageConfig) -> torch.Tensor:
     """Dispatch to the estimator named in ``cfg``. rewards: [G] or [B, G]."""
+    if cfg.name == "gae":
+        raise AdvantageUnknownError(
+            '"gae" is not a group estimator: the engine computes it per token with the critic (learner/algos/gae.py)')
     try:
         fn = ADVANTAGES[cfg.name]
     except KeyError:

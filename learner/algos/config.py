@@ -3,7 +3,7 @@
 The run config (``rlvr.cli.run_config``) embeds these structs, and every role
 decodes the run config, so they must stay importable without torch: the
 verifier role never imports it. The functions they configure live next
-door (advantages.py, policy_loss.py, aggregation.py, kl.py).
+door (advantages.py, policy_loss.py, aggregation.py, kl.py, gae.py, value_loss.py).
 """
 
 from __future__ import annotations
@@ -12,14 +12,44 @@ from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
 
-AdvantageName = Literal["grpo", "drgrpo", "rloo"]
+# The group estimators (advantages.py's registry), and "gae": PPO's critic, computed per token by
+# the engine (gae.py, learner/train/critic.py).
+GroupAdvantageName = Literal["grpo", "drgrpo", "rloo"]
+AdvantageName = Literal[GroupAdvantageName, "gae"]
 AggregationMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3"]
 
 
+class CriticConfig(Struct, frozen=True, forbid_unknown_fields=True):
+    """PPO's critic (``advantage.name = "gae"``): a value per token, trained with a clipped value loss.
+
+    ``kind = "value_head"``: a linear head on the policy's last hidden state, inside the policy's
+    DeepSpeed engine. One engine, one optimizer and one checkpoint hold both, so the critic resumes
+    exactly once with the policy at no extra cost, and it costs H + 1 parameters and one more forward
+    pass per step (the old values), not a second model. The price: the value loss shapes the shared
+    trunk too (``loss_coef`` weighs it). ``"separate"`` (a critic model of its own under DeepSpeed,
+    as verl and OpenRLHF run it) is the room left for the other choice; it is refused today.
+    """
+
+    # "value_head" (on the policy, one engine); "separate" (its own model: not supported yet).
+    kind: Literal["value_head", "separate"] = "value_head"
+    # Learning rate of the value head (its own AdamW parameter group; the lr schedule scales it too).
+    # None: learn.engine.optimizer.lr.
+    lr: Annotated[float, Meta(gt=0.0)] | None = None
+    # PPO's value clip: a new value may move at most this far from the old one before the loss
+    # takes the larger of the clipped and unclipped squared errors. None: no clipping.
+    value_clip: Annotated[float, Meta(gt=0.0)] | None = 0.2
+    # Weight of the value loss against the policy loss (c1 in PPO's L = L_clip - c1 L_VF).
+    loss_coef: Annotated[float, Meta(gt=0.0)] = 0.5
+    # Optimizer steps, at the start of RL, where only the value head trains (the policy's
+    # parameters get lr 0), so the first advantages do not come from an untrained critic.
+    warmup_steps: Annotated[int, Meta(ge=0)] = 0
+
+
 class AdvantageConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Estimator: "grpo" (r - mean) / (std + eps); "drgrpo" r - mean, no std (no difficulty bias);
-    # "rloo" r minus the mean of the other G - 1 rewards.
+    # "rloo" r minus the mean of the other G - 1 rewards; "gae": PPO with a critic (``critic``),
+    # generalised advantage estimation per token over the reward at each completion's last token.
     name: AdvantageName = "grpo"
     eps: float = 1e-6  # added to the std in ``grpo``
     # Token-level credit (DeepSeekMath's process supervision, learner/algos/process.py): "steps"
@@ -28,6 +58,25 @@ class AdvantageConfig(Struct, frozen=True, forbid_unknown_fields=True):
     process: Literal["off", "steps", "turns"] = "off"
     # With `process`: add this times the outcome advantage (`name`) to every token (0: process only).
     outcome_weight: Annotated[float, Meta(ge=0)] = 0.0
+    # "gae" only: the discount γ and GAE's λ (1.0 and 1.0: the Monte-Carlo return, verl's default).
+    gamma: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    lam: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    # "gae" only: standardise the advantages over the step's policy tokens (verl's masked_whiten).
+    whiten: bool = True
+    # "gae" only: the value model.
+    critic: CriticConfig = CriticConfig()
+
+    def __post_init__(self) -> None:
+        if self.critic.kind == "separate":
+            raise ValueError(
+                'learn.engine.advantage.critic.kind = "separate" is not supported yet: the critic is a value '
+                'head on the policy (kind = "value_head"; docs/design.md, "Advantages")'
+            )
+        if self.name == "gae" and self.process != "off":
+            raise ValueError(
+                f'learn.engine.advantage.process = "{self.process}" needs a group estimator (grpo, drgrpo, rloo); '
+                'with name = "gae" the critic credits each token: set process = "off"'
+            )
 
 
 class PolicyLossConfig(Struct, frozen=True, forbid_unknown_fields=True):

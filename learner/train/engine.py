@@ -10,6 +10,16 @@ SFT warm-up, saves and restores checkpoints (model, optimizer, scheduler,
 RNG states and the caller's state), and exports consolidated weights as
 safetensors for the rollout replicas.
 
+PPO with a critic (``advantage.name = "gae"``, learner/train/critic.py): a value
+head on the policy, in the same engine and optimizer. A step first runs one
+pass without gradient for the old log-probs and old values, computes GAE
+advantages and returns per token (learner/algos/gae.py, whitened over the
+step's policy tokens on every rank), then adds ``critic.loss_coef`` x the
+clipped value loss (learner/algos/value_loss.py) to the policy loss. During
+``critic.warmup_steps`` only the head trains: the policy loss is weighed 0,
+the head reads detached hidden states and the policy's parameter group gets
+lr 0 for the step.
+
 Runs on CPU (DeepSpeed's CPU accelerator over gloo) and on GPUs, ZeRO 0-3.
 Every rank calls every method: under ZeRO-3 a forward pass, a checkpoint
 and an export are collectives.
@@ -33,6 +43,7 @@ import shutil
 import socket
 import time
 from collections import Counter
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -40,13 +51,16 @@ import numpy as np
 import torch
 
 from rlvr.actors.logs import get_logger
+from rlvr.learner.algos.gae import gae_advantages_returns, token_level_rewards
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
+from rlvr.learner.algos.value_loss import value_loss
+from rlvr.learner.train.critic import attach_value_head, param_groups, uses_critic, value_head, without_critic
 from rlvr.learner.train.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
 from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
 from rlvr.learner.train.flops import sequence_throughput_metrics
 from rlvr.learner.train.lora import base_load_kwargs, merged_state_dict, trainable_parameters, with_lora, write_adapter
 from rlvr.learner.weights.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
-from rlvr.learner.train.token_logprobs import micro_batch_logprobs
+from rlvr.learner.train.token_logprobs import micro_batch_logprobs, micro_batch_logprobs_values
 
 LATEST = "LATEST"  # names the committed checkpoint tag; written atomically after the tag is complete
 # Why an optimizer step was skipped (``LearnerEngine.skipped_steps`` keys).
@@ -152,6 +166,25 @@ class _Metrics:
         return {k: v if k.endswith("_max") else v / max(self.tokens, 1.0) for k, v in self.sums.items()}
 
 
+def _all_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed over the data-parallel ranks, in place (itself on one rank)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+    return t
+
+
+@dataclass(frozen=True)
+class _Gae:
+    """A PPO step's per-micro-batch tensors from the pass before the first epoch ([B, T-1] each)."""
+
+    old_logprobs: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]  # V_old
+    advantages: tuple[torch.Tensor, ...]  # GAE, whitened when advantage.whiten
+    returns: tuple[torch.Tensor, ...]  # the value targets
+    metrics: dict[str, float]  # explained variance, value, return and raw advantage means
+
+
 class LearnerEngine:
     def __init__(self, cfg: TrainEngineConfig, *, seed: int) -> None:
         ensure_dist_env()
@@ -163,6 +196,8 @@ class LearnerEngine:
         np.random.seed(seed)
         torch.manual_seed(seed)
         self._step = 0
+        self._critic = uses_critic(cfg)  # PPO's value head (critic.py)
+        self.critic_steps = 0  # optimizer steps trained with the critic: its warm-up counts them
         self.skipped_steps: Counter[str] = Counter()  # optimizer steps skipped, by reason (SKIP_REASONS)
         ds_config = deepspeed_config(cfg)
         # Built before the policy so it is never a ZeRO-3-partitioned module.
@@ -188,10 +223,12 @@ class LearnerEngine:
             model.config.use_cache = False
         if cfg.lora.enabled:  # learner/train/lora.py: base frozen, adapters trainable
             model = with_lora(model, cfg.lora, gradient_checkpointing=cfg.gradient_checkpointing)
+        if self._critic:
+            attach_value_head(model, cfg)
         opt = cfg.optimizer
         self.ds, _, _, _ = deepspeed.initialize(
             model=model,
-            model_parameters=trainable_parameters(model),
+            model_parameters=param_groups(model, cfg) if self._critic else trainable_parameters(model),
             config=ds_config,
             optimizer=partial(
                 torch.optim.AdamW, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay, eps=opt.eps
@@ -303,7 +340,19 @@ class LearnerEngine:
             for g, lr in zip(groups, saved):
                 g["lr"] = lr
 
-    def _apply_step(self, started: float, mbs: list[MicroBatch], skip: str | None = None) -> dict[str, float]:
+    def _critic_only_step(self) -> None:
+        """The critic's warm-up: the step with the policy's parameter group (group 0,
+        critic.param_groups) at lr 0, so only the value head moves; the lr scheduler
+        sets every group's lr again after the step."""
+        group = self.ds.optimizer.param_groups[0]
+        saved = group["lr"]
+        group["lr"] = 0.0
+        self.ds.step()
+        if self.ds.lr_scheduler is None:
+            group["lr"] = saved
+
+    def _apply_step(self, started: float, mbs: list[MicroBatch], skip: str | None = None, *,
+                    freeze_policy: bool = False) -> dict[str, float]:
         lr = float(self.ds.get_lr()[0])
         norm = self._grad_norm_before_step()
         if skip is None and norm is not None and not math.isfinite(norm):
@@ -311,6 +360,8 @@ class LearnerEngine:
         skip = self._agree_on_skip(skip)
         if skip is not None:
             self._skip_step()
+        elif freeze_policy:
+            self._critic_only_step()
         else:
             self.ds.step()
         if norm is None:
@@ -343,6 +394,7 @@ class LearnerEngine:
             # Model TFLOP/s (6N + attention per token) and, for bf16 on a known GPU, MFU: learner/train/flops.py.
             **sequence_throughput_metrics(self.ds.module, [n for mb in mbs for n in mb.sample_lengths], elapsed,
                                           self._device, bf16=self.cfg.bf16),
+            **({"lr_critic": float(self.ds.get_lr()[1])} if self._critic else {}),
             "step_skipped": 1.0 if skip else 0.0,
             **{f"skipped_steps_{k}": float(v) for k, v in self.skipped_steps.items()},
         }
@@ -363,7 +415,9 @@ class LearnerEngine:
         policy has moved and the asymmetric clip bounds it (clip_frac then
         means something). More epochs = more updates per generated sample.
         Off-policy lag between the rollout weights and π_old is corrected by
-        truncated IS against ``behaviour_logprobs``.
+        truncated IS against ``behaviour_logprobs``. With the critic (``gae``)
+        π_old and the old values come from a pass of their own before the
+        first epoch (``_gae_pass``), and the value loss joins the policy loss.
 
         Data parallel (learner/train/rank_commands.py): ``items`` is this rank's share,
         ``num_tokens``/``num_sequences`` replace its own counts as the loss
@@ -381,26 +435,34 @@ class LearnerEngine:
         self.ds.train()
         passes = mbs + self._padding(min_micro_batches - len(mbs))
         old_logprobs: list[torch.Tensor | None] = [None] * len(passes)
+        gae = self._gae_pass(passes) if self._critic else None
+        if gae is not None:
+            old_logprobs = list(gae.old_logprobs)
+        critic = self.cfg.advantage.critic
+        head = value_head(self.ds.module) if self._critic else None
         result: dict[str, float] = {}
         for epoch in range(self.cfg.ppo_epochs):
             started = time.perf_counter()
             acc, loss_total = _Metrics(), 0.0
             skip: str | None = None
+            warm = self._critic and self.critic_steps < critic.warmup_steps  # only the critic trains
             for j, mb in enumerate(passes):
-                logp, entropy = self._token_logprobs(mb, self.ds, self.cfg.temperature, with_entropy=True)
-                if epoch == 0:
+                logp, entropy, values = micro_batch_logprobs_values(
+                    self.ds, mb, self.cfg.temperature, self._device, head, with_entropy=True, detach_values=warm)
+                if old_logprobs[j] is None:
                     old_logprobs[j] = logp.detach()
                 ref = None
                 if self._ref is not None:
                     with torch.no_grad():
                         ref, _ = self._token_logprobs(mb, self._ref, self.cfg.temperature)
+                mask = mb.loss_mask.to(self._device)
                 out = policy_loss(
                     LossInputs(
                         logprobs=logp,
                         old_logprobs=old_logprobs[j],
                         behaviour_logprobs=mb.behaviour_logprobs.to(self._device),
-                        advantages=mb.advantages.to(self._device),
-                        mask=mb.loss_mask.to(self._device),
+                        advantages=gae.advantages[j] if gae is not None else mb.advantages.to(self._device),
+                        mask=mask,
                         ref_logprobs=ref,
                         entropy=entropy,
                         num_tokens=num_tokens,
@@ -408,19 +470,91 @@ class LearnerEngine:
                     ),
                     self.cfg.loss,
                 )
-                loss = out.loss
+                loss, metrics = out.loss, out.metrics
+                if gae is not None:
+                    assert values is not None
+                    vloss, vclip = value_loss(values, gae.returns[j], gae.values[j], mask, critic.value_clip,
+                                              num_tokens=num_tokens)
+                    # Warm-up: the policy loss stays in the graph at weight 0, so every parameter
+                    # takes part in the backward pass as in any other step (ZeRO's hooks).
+                    loss = (0.0 if warm else 1.0) * loss + critic.loss_coef * vloss
+                    # The value loss is a token mean over the step, like the policy loss: per
+                    # micro-batch, its share times the step's tokens over this one's.
+                    share = num_tokens / max(metrics["tokens"], 1.0)
+                    metrics = {**metrics, "value_loss": float(vloss.detach()) * share,
+                               "value_clip_frac": float(vclip)}
                 if not bool(torch.isfinite(loss.detach())):
                     # A NaN loss back-propagates NaN into every gradient: run a
                     # zero loss instead (same collectives on every rank) and skip the step.
                     skip = "nonfinite_loss"
-                    loss = logp.sum() * 0.0
+                    loss = logp.sum() * 0.0 + (values.sum() * 0.0 if values is not None else 0.0)
                 # The loss is already this micro-batch's share of the full-batch loss.
                 self.ds.backward(loss, scale_wrt_gas=False)
                 if mb.sample_ids:  # padding has no metrics
-                    acc.add(out.metrics)
-                loss_total += float(out.loss.detach())
-            result = {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs, skip)}
+                    acc.add(metrics)
+                loss_total += float(loss.detach())
+            result = {"loss": loss_total, **acc.result(), **self._apply_step(started, mbs, skip, freeze_policy=warm)}
+            if self._critic:
+                self.critic_steps += 1
+                result["critic_warmup"] = 1.0 if warm else 0.0
+        if gae is not None:
+            result.update(gae.metrics)
         return {**result, "ppo_epochs": float(self.cfg.ppo_epochs)}
+
+    def _gae_pass(self, passes: list[MicroBatch]) -> _Gae:
+        """Old log-probs and old values (no gradient), then GAE advantages and returns per micro-batch,
+        the advantages whitened over the step's policy tokens on every rank (``advantage.whiten``)."""
+        adv_cfg = self.cfg.advantage
+        head = value_head(self.ds.module)
+        olds, values, advs, rets, masks = [], [], [], [], []
+        with torch.no_grad():
+            for mb in passes:
+                logp, _, v = micro_batch_logprobs_values(self.ds, mb, self.cfg.temperature, self._device, head)
+                assert v is not None
+                mask = mb.loss_mask.to(self._device)
+                rewards = mb.rewards if mb.rewards is not None else torch.zeros(mask.shape[0])
+                adv, ret = gae_advantages_returns(token_level_rewards(rewards.to(self._device), mask), v, mask,
+                                                  adv_cfg.gamma, adv_cfg.lam)
+                olds.append(logp.detach())
+                values.append(v)
+                advs.append(adv)
+                rets.append(ret)
+                masks.append(mask)
+        metrics = self._critic_metrics(values, rets, advs, masks)
+        if adv_cfg.whiten:
+            mean, var = self._masked_mean_var_all_ranks(advs, masks)
+            advs = [(a - mean) / math.sqrt(var + 1e-8) for a in advs]
+        return _Gae(tuple(olds), tuple(values), tuple(advs), tuple(rets), metrics)
+
+    def _critic_metrics(self, values: list[torch.Tensor], rets: list[torch.Tensor], advs: list[torch.Tensor],
+                        masks: list[torch.Tensor]) -> dict[str, float]:
+        """Value, return and raw advantage means and the explained variance over the step's policy
+        tokens on every rank (sums all-reduced: each rank reports the whole step's figures, equal to
+        ``explained_variance`` on the gathered tensors); none when the step has fewer than two."""
+        def sums(v: torch.Tensor, r: torch.Tensor, a: torch.Tensor, m: torch.Tensor) -> list[torch.Tensor]:
+            v, r, a = v[m].double(), r[m].double(), a[m].double()
+            return [m.sum().double(), v.sum(), r.sum(), a.sum(), (r - v).sum(), ((r - v) ** 2).sum(), (r ** 2).sum()]
+
+        parts = [torch.stack(sums(v, r, a, m)) for v, r, a, m in zip(values, rets, advs, masks)]
+        total = torch.stack(parts).sum(0) if parts else torch.zeros(7, dtype=torch.float64)
+        n, s_v, s_r, s_a, s_d, s_d2, s_r2 = _all_sum(total.to(self._device)).tolist()
+        if n < 2:
+            return {}
+        var_d = (s_d2 - s_d * s_d / n) / (n - 1)  # Bessel-corrected, as explained_variance
+        var_r = (s_r2 - s_r * s_r / n) / (n - 1)
+        return {"value_mean": s_v / n, "return_mean": s_r / n, "advantage_raw_mean": s_a / n,
+                "explained_variance": 1.0 - var_d / (var_r + 1e-5)}
+
+    def _masked_mean_var_all_ranks(self, xs: list[torch.Tensor], masks: list[torch.Tensor]) -> tuple[float, float]:
+        """Mean and Bessel-corrected variance of the masked entries of ``xs`` over every rank's
+        share (two sums all-reduced), as ``masked_mean_var`` over the whole step would give."""
+        first = torch.tensor([sum(float(x[m].double().sum()) for x, m in zip(xs, masks)),
+                              sum(float(m.sum()) for m in masks)], dtype=torch.float64, device=self._device)
+        total, n = _all_sum(first).tolist()
+        mean = total / max(n, 1.0)
+        sq = torch.tensor([sum(float(((x[m].double() - mean) ** 2).sum()) for x, m in zip(xs, masks))],
+                          dtype=torch.float64, device=self._device)
+        return mean, float(_all_sum(sq)[0]) / max(n - 1.0, 1.0)
 
     def sft_step(
         self, pairs: list[tuple[list[int], list[int]]], *, num_tokens: float | None = None, min_micro_batches: int = 0
@@ -475,10 +609,11 @@ class LearnerEngine:
 
     # ---- weights out ---------------------------------------------------
     def _module_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The policy's tensors on rank 0: never the critic's value head (critic.py)."""
         if self.cfg.zero_stage == 3:
             # Plain state_dict() holds empty partitions under ZeRO-3.
-            return self.ds._zero3_consolidated_16bit_state_dict()
-        return self.ds.module.state_dict() if self.rank == 0 else None
+            return without_critic(self.ds._zero3_consolidated_16bit_state_dict())
+        return without_critic(self.ds.module.state_dict()) if self.rank == 0 else None
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The whole model's state dict on rank 0 (None elsewhere); with LoRA,
@@ -516,7 +651,7 @@ class LearnerEngine:
         """
         directory = Path(directory)
         tag = f"step-{self._step:08d}"
-        extra = {"rlvr_client_state": client_state, "rlvr_step": self._step}
+        extra = {"rlvr_client_state": client_state, "rlvr_step": self._step, "rlvr_critic_steps": self.critic_steps}
         # With LoRA the frozen base is the model folder's, so only the adapter is saved.
         self.ds.save_checkpoint(str(directory), tag=tag, client_state=extra, save_latest=False,
                                 exclude_frozen_parameters=self.cfg.lora.enabled)
@@ -544,6 +679,7 @@ class LearnerEngine:
         if path is None:
             raise CheckpointLoadError(f"DeepSpeed could not load checkpoint {directory}/{tag}")
         self._step = int(extra["rlvr_step"])
+        self.critic_steps = int(extra.get("rlvr_critic_steps", 0))  # the value head itself is in the module
         set_rng_states(torch.load(Path(directory) / tag / f"rng_rank{self.rank}.pt", weights_only=False))
         ref_path = Path(directory) / tag / "ref_model.pt"
         if self._ref is not None and ref_path.exists():

@@ -18,6 +18,10 @@ gathers it, and a bias or an adapter wrapped around it is applied; only the
 softmax part has a hand-written backward (``_TargetLogprob``), which works
 in one fp32 buffer in place where autograd's chain would keep several.
 
+PPO's critic (``advantage.name = "gae"``) reads the same hidden states: ``value_head`` maps
+each position that predicts a target to that state's value (``micro_batch_logprobs_values``), so
+the values cost no forward pass of their own.
+
 ``full_logits_logprobs`` is the previous computation, kept as the reference
 the tests and ``bench/learner_memory.py`` compare against.
 
@@ -188,11 +192,35 @@ def token_logprobs(
     Packed rows: ``attention_mask=None`` and ``position_ids`` [B, T]; a
     position that ends a sample then "predicts" the next sample's first
     token, a value the caller drops."""
+    logp, entropy, _ = _logprobs_values(module, input_ids, attention_mask, temperature, with_entropy=with_entropy,
+                                        chunk_tokens=chunk_tokens, position_ids=position_ids)
+    return logp, entropy
+
+
+def _logprobs_values(
+    module: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    temperature: float,
+    *,
+    with_entropy: bool,
+    chunk_tokens: int,
+    position_ids: torch.Tensor | None,
+    value_head: torch.nn.Module | None = None,
+    detach_values: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``token_logprobs``, and with ``value_head`` the value of each position that predicts a
+    target: [B, T-1] fp32, with gradient (None without a head); ``detach_values``: the gradient
+    reaches the head only, never the trunk (the critic's warm-up)."""
     hidden = final_hidden_states(module, input_ids, attention_mask, position_ids)  # [B, T, H]
-    return head_logprobs(
+    logp, entropy = head_logprobs(
         output_head(module), hidden[:, :-1], input_ids[:, 1:], temperature,
         with_entropy=with_entropy, chunk_tokens=chunk_tokens,
     )
+    # Called as a module: under ZeRO-3 its hooks gather its parameters.
+    states = hidden[:, :-1].detach() if detach_values else hidden[:, :-1]
+    values = value_head(states).squeeze(-1).float() if value_head is not None else None
+    return logp, entropy, values
 
 
 def micro_batch_logprobs(
@@ -206,13 +234,34 @@ def micro_batch_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A micro-batch's log-probs and entropy in its per-sample layout [B, T-1],
     whether its rows are padded or packed."""
+    logp, entropy, _ = micro_batch_logprobs_values(module, mb, temperature, device, None,
+                                                   with_entropy=with_entropy, chunk_tokens=chunk_tokens)
+    return logp, entropy
+
+
+def micro_batch_logprobs_values(
+    module: torch.nn.Module,
+    mb: MicroBatch,
+    temperature: float,
+    device: torch.device,
+    value_head: torch.nn.Module | None,
+    *,
+    with_entropy: bool = False,
+    chunk_tokens: int = LOGPROB_CHUNK_TOKENS,
+    detach_values: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``micro_batch_logprobs`` and, with ``value_head``, each target position's value: all three
+    in the per-sample layout [B, T-1], from one forward pass."""
     ids = mb.input_ids.to(device)  # [R, W]
     if mb.position_ids is None:
-        return token_logprobs(module, ids, mb.attention_mask.to(device), temperature,
-                              with_entropy=with_entropy, chunk_tokens=chunk_tokens)
-    logp, entropy = token_logprobs(module, ids, None, temperature, with_entropy=with_entropy,
-                                   chunk_tokens=chunk_tokens, position_ids=mb.position_ids.to(device))  # [1, W-1]
-    return mb.unpack(logp), (mb.unpack(entropy) if entropy is not None else None)
+        return _logprobs_values(module, ids, mb.attention_mask.to(device), temperature, with_entropy=with_entropy,
+                                chunk_tokens=chunk_tokens, position_ids=None, value_head=value_head,
+                                detach_values=detach_values)
+    logp, entropy, values = _logprobs_values(module, ids, None, temperature, with_entropy=with_entropy,
+                                             chunk_tokens=chunk_tokens, position_ids=mb.position_ids.to(device),
+                                             value_head=value_head, detach_values=detach_values)  # [1, W-1]
+    return (mb.unpack(logp), mb.unpack(entropy) if entropy is not None else None,
+            mb.unpack(values) if values is not None else None)
 
 
 def full_logits_logprobs(
@@ -237,6 +286,7 @@ __all__ = [
     "full_logits_logprobs",
     "head_logprobs",
     "micro_batch_logprobs",
+    "micro_batch_logprobs_values",
     "output_head",
     "token_logprobs",
 ]

@@ -54,6 +54,8 @@ def group_advantages(groups: list[list[Scored]], cfg: AdvantageConfig | None) ->
     (a dry learner: no torch) GRPO in plain Python, ``(r - mean) / (std + 1e-6)``."""
     if cfg is None:
         return [_grpo([sc.verdict.reward for sc in g]) for g in groups], "grpo"
+    if cfg.name == "gae":  # PPO's critic credits each token inside the step: no per-sample advantage
+        return [[None] * len(g) for g in groups], "gae"
     import torch
 
     from rlvr.learner.algos.advantages import compute_advantages

@@ -14,7 +14,7 @@ import pytest
 
 from rlvr.learner.algos.advantages import ADVANTAGES
 from rlvr.learner.algos.aggregation import AGGREGATIONS
-from rlvr.learner.algos.config import AdvantageName, AggregationMode, KLEstimator, PolicyLossConfig
+from rlvr.learner.algos.config import AggregationMode, GroupAdvantageName, KLEstimator, PolicyLossConfig
 from rlvr.learner.algos.kl import KL_ESTIMATORS
 from rlvr.learner.algos.policy_loss import POLICY_LOSSES
 
@@ -22,7 +22,7 @@ from rlvr.learner.algos.policy_loss import POLICY_LOSSES
 @pytest.mark.parametrize(
     "literal, registry",
     [
-        (AdvantageName, ADVANTAGES),
+        (GroupAdvantageName, ADVANTAGES),  # "gae", the other name, runs in the engine (critic.py)
         (AggregationMode, AGGREGATIONS),
         (KLEstimator, KL_ESTIMATORS),
         (typing.get_type_hints(PolicyLossConfig)["name"], POLICY_LOSSES),
