@@ -81,8 +81,12 @@ class Admission(Generic[T]):
         validate: Callable[[T], None] = check_message,
         meaning: Callable[[T], bytes] | None = None,
         remembered: int = REMEMBERED,
+        check_copies: bool = True,
     ) -> None:
         self.decode = decode
+        # False: copies under one id are the handler's to judge (the learner's custody keeps one
+        # of two conflicting copies by content, not by which came first), and 3. and 4. are skipped.
+        self.check_copies = check_copies
         self.validate = validate
         self.unsettled_limit = unsettled_limit
         # What a copy published again must equal to be the same message (a Task
@@ -120,7 +124,7 @@ class Admission(Generic[T]):
         except Exception as e:
             raise MessageRefused("invalid", f"{type(e).__name__}: {e}", type(e).__name__) from None
         msg_id = identity(obj) or headers.get("Nats-Msg-Id")
-        if msg_id:
+        if msg_id and self.check_copies:
             self._check_copy(msg_id, obj, data, stream_seq)
         return obj
 

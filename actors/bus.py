@@ -5,8 +5,9 @@ fails loudly; after that nats-py reconnects on its own. It presents the
 credentials and TLS files ``NatsConfig`` names (``rlvr.actors.secrets`` reads
 them; no error or log line carries a secret). ``ensure_topology`` (the
 learner, ``rlvr-actor init``) creates or updates the run's streams,
-consumers and buckets; every other role calls ``check_topology``, which only
-waits for them and checks them (``rlvr.actors.topology``). Every publish
+consumers and buckets, and keeps them (``keep_topology``: what was deleted is
+recreated); every other role calls ``check_topology``, which only waits for
+them and checks them (``rlvr.actors.topology``). Every publish
 waits for JetStream's acknowledgement under a deadline, carries a stable
 ``Nats-Msg-Id`` (deduplicated inside the stream's duplicate window) and the
 current ``traceparent``.
@@ -30,6 +31,7 @@ from nats.errors import MaxPayloadError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js import api as js_api
+from nats.js.errors import BucketNotFoundError
 
 from rlvr.actors import topology
 from rlvr.actors.bus_faults import is_transient_bus_fault
@@ -132,6 +134,22 @@ class Bus:
         async for attempt in retrying(what, until=self.cfg.topology_wait_s, wait_initial=0.5):
             with attempt:
                 return await op()
+
+    async def keep_topology(self) -> None:
+        """The owner's repair loop (the learner runs it for its whole life): every
+        ``bus.heartbeat_every_s``, recreate whatever of the topology was deleted
+        (``topology.repair``), so a deleted stream or role durable never needs an
+        operator. A pass the bus cannot answer now is tried again at the next; any
+        other failure is logged and tried again too: repair must not stop the owner."""
+        if not self.owns_topology:
+            return
+        while True:
+            await anyio.sleep(self.cfg.heartbeat_every_s)
+            try:
+                await topology.repair(self)
+            except Exception as e:
+                level = log.info if is_transient_bus_fault(e) else log.error
+                level("topology_repair_failed", error=f"{type(e).__name__}: {e}")
 
     async def check_topology(self, role: str) -> None:
         """Wait (bounded) for what ``role`` needs and check its shape; never creates or changes it."""
@@ -302,7 +320,16 @@ class Bus:
 
     # --- run state (KV) -------------------------------------------------------
     async def kv_put(self, key: str, value: bytes) -> None:
-        kv = await self.js.key_value(self.names.kv_bucket)
+        """Put ``key`` in the run's KV bucket. A bucket that is gone (deleted) is recreated first
+        when this role owns the topology (``topology.repair``, which its next pass would run
+        anyway), so a checkpoint never fails on it; any other role's put fails naming it."""
+        try:
+            kv = await self.js.key_value(self.names.kv_bucket)
+        except BucketNotFoundError:
+            if not self.owns_topology:
+                raise
+            await topology.repair(self)
+            kv = await self.js.key_value(self.names.kv_bucket)
         await kv.put(key, value)
 
 

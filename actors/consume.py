@@ -22,6 +22,7 @@ Messages are untrusted. Before a handler sees one, ``rlvr.actors.admission``
    ``rlvr.protocol.validate.check_message``): finite numbers, lengths that
    agree, ids in range, bounded sizes;
 3. not reuse the id of a message this consumer has seen with other content
+   (unless ``check_copies`` is False: the learner's custody judges copies)
    (a task id or sample id published again past the duplicate window, or
    under another ``Nats-Msg-Id``): the first copy is the one served. Where
    the consumer is given a ``meaning`` (the rollout's tasks: ``task_meaning``;
@@ -37,7 +38,10 @@ a full store, no stream leader) is not the message's fault: the handler is
 retried in place, the message kept alive, so an outage never turns good
 messages into poison pills. A pull that fails that way is retried too, for
 at most ``bus.topology_wait_s``, then the consumer fails naming itself. Both
-retry through ``rlvr.actors.retry``, the one retry policy.
+retry through ``rlvr.actors.retry``, the one retry policy. A pull that fails
+because the durable itself was deleted is repaired without an operator: the
+topology's owner (the learner) recreates its own durable where it was
+reading, any other replica waits for the owner's repair (``_durable_gone``).
 
 Dead-lettering never kills the actor, and neither does an ack, a nak or a
 term that fails (``rlvr.actors.settle``).
@@ -84,6 +88,7 @@ from typing import Generic, NamedTuple, TypeVar
 import anyio
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import NotFoundError
 
 from rlvr.actors.admission import DEAD_KINDS, Admission, MessageRefused, MessageRepublished
 from rlvr.actors.bus import Bus
@@ -103,6 +108,7 @@ from rlvr.actors.delivery import (
 from rlvr.actors.logs import bind_message, get_logger
 from rlvr.actors.retry import FOREVER, call_retrying
 from rlvr.actors.settle import dead_letter_and_term, safely, stream_seq
+from rlvr.actors.topology import TopologyLostError, create_consumer, lost_message
 from rlvr.actors.tracing import passing_on, trace_id_of
 from rlvr.protocol.codec import encode
 from rlvr.protocol.subjects import ConsumerDef
@@ -158,6 +164,7 @@ class Consumer(Generic[T]):
         keep_alive_every_s: float | None = None,
         meaning: Callable[[T], bytes] | None = None,
         forward: Forwarder[T] | None = None,
+        check_copies: bool = True,
     ) -> None:
         self.bus = bus
         self.cd = cd
@@ -173,7 +180,7 @@ class Consumer(Generic[T]):
         n = bus.cfg.poison_after if poison_after is None else poison_after
         self.poison_after = max(1, min(n, cd.max_deliver))
         self.admission = Admission(decode, unsettled_limit=max(1, min(n, cd.max_deliver - 1)), validate=validate,
-                                   meaning=meaning)
+                                   meaning=meaning, check_copies=check_copies)
         self._backoff_max_s = max(0.1, min(30.0, bus.cfg.ack_wait_s / 3))
         # The window: ``_free`` slots of ``concurrency``; ``_room`` is set
         # whenever one frees up (or stop is set), to wake the pull loop.
@@ -187,6 +194,8 @@ class Consumer(Generic[T]):
         # Pulled messages on their way to a lane; None tells a lane to stop.
         self._inbox: asyncio.Queue[_Job | None] = asyncio.Queue()
         self._lanes: anyio.abc.TaskGroup | None = None  # where batches of forwards run
+        self._max_seq = 0  # the highest stream sequence delivered: where a recreated durable resumes
+        self._gone_since: float | None = None  # when this consumer's durable was found deleted
 
     async def run(self, stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = await self.bus.pull_subscription(self.cd, start_seq=self.start_seq)
@@ -312,6 +321,8 @@ class Consumer(Generic[T]):
         self.stats.in_flight += 1
         self.stats.counters["received"] += 1
         key = stream_seq(msg)
+        if key is not None and key > self._max_seq:
+            self._max_seq = key
         job = _Job(msg, key, [msg, time.monotonic()])
         self._held[key] = job.entry  # a redelivery of a held message takes its place
         try:
@@ -402,6 +413,10 @@ class Consumer(Generic[T]):
                 # nats-py raises its own TimeoutError for batch=1 and asyncio's
                 # for batch>1 when nothing arrived: either way, no messages.
                 return []
+            except Exception as e:
+                if is_transient_bus_fault(e):
+                    await self._durable_gone()  # TopologyLostError ends the retries
+                raise
 
         wait_s = self.bus.cfg.topology_wait_s
         try:
@@ -411,11 +426,48 @@ class Consumer(Generic[T]):
             if not is_transient_bus_fault(e):
                 raise
             self.stats.counters["pull_failures"] += 1
-            raise ConsumerUnavailableError(
-                f"pulling from consumer {self.cd.durable!r} on stream {self.cd.stream} has failed for "
-                f"about {wait_s:g}s (bus.topology_wait_s); last error: {type(e).__name__}: {e}; if the "
-                "consumer was deleted, `rlvr-actor init` or a learner restart recreates it"
-            ) from e
+            gone = (f"consumer {self.cd.durable!r} on stream {self.cd.stream} was deleted and its owner (the "
+                    f"learner) did not recreate it within {wait_s:g}s (bus.topology_wait_s): start the learner, "
+                    "or run `rlvr-actor init --config <this run's config>`, then restart this role"
+                    if self._gone_since is not None else
+                    f"pulling from consumer {self.cd.durable!r} on stream {self.cd.stream} has failed for about "
+                    f"{wait_s:g}s (bus.topology_wait_s)")
+            raise ConsumerUnavailableError(f"{gone}; last error: {type(e).__name__}: {e}") from e
+
+    async def _durable_gone(self) -> None:
+        """A pull the server could not answer: is this consumer's durable gone (deleted by hand,
+        or with its stream)? Its owner (the learner) recreates it where it was reading: from the
+        oldest message it holds, or the first it has not seen (what this process settled below
+        that comes again and is recognised). Any other replica waits for the owner's repair
+        (``Bus.keep_topology``), saying so once, until ``bus.topology_wait_s`` (``_fetch``). A
+        stream that is gone, or shorter than what was read from it, was deleted:
+        ``TopologyLostError`` names the loss."""
+        try:
+            await self.bus.js.consumer_info(self.cd.stream, self.cd.durable)
+            self._gone_since = None
+            return  # still there: an election, a partition
+        except NotFoundError:
+            pass
+        except Exception:  # noqa: BLE001 (the server cannot say now: the next failed pull asks again)
+            return
+        if self._gone_since is None:
+            self._gone_since = time.monotonic()
+            log.warning("consumer_deleted", stream=self.cd.stream, durable=self.cd.durable,
+                        action="recreating it" if self.bus.owns_topology else "waiting for its owner to recreate it")
+        if not self.bus.owns_topology:
+            return
+        held = [seq for seq in self._held if seq is not None]
+        resume = min(held) if held else (self._max_seq + 1 if self._max_seq else self.start_seq)
+        try:
+            info = await self.bus.js.stream_info(self.cd.stream)
+        except NotFoundError:
+            raise TopologyLostError(lost_message(self.cd, resume or 1, None, self._max_seq)) from None
+        if info.state.last_seq < self._max_seq:
+            raise TopologyLostError(lost_message(self.cd, resume or 1, info.state.last_seq, self._max_seq))
+        await create_consumer(self.bus, self.cd, resume)
+        self.stats.counters["consumer_recreated"] += 1
+        self._gone_since = None
+        log.warning("consumer_recreated", stream=self.cd.stream, durable=self.cd.durable, resume_seq=resume)
 
     async def _handle(self, delivery: Delivery, work: Callable[[], Awaitable[Outcome | None]]) -> Outcome:
         """The outcome of ``work`` (the handler, or a forward's publish). A transient bus fault (a publish that timed
@@ -484,8 +536,8 @@ class Consumer(Generic[T]):
         self.stats.in_flight -= 1
         self._release()
 
-    async def release(self, stream_seq: int, outcome: Ack | Nak | None = None) -> None:
-        """Settle a message its handler held (``Hold``): ack it (or nak it) now.
+    async def release(self, stream_seq: int, outcome: Ack | Nak | Term | None = None) -> None:
+        """Settle a message its handler held (``Hold``): ack it (or nak it, or dead-letter it) now.
         Never fatal, like every settle; a sequence not held (released already,
         or never held) is left alone."""
         entry = self._held.pop(stream_seq, None)

@@ -87,6 +87,7 @@ async def serve(
             tg.start_soon(_watch_signals, stop, tg.cancel_scope, bus_cfg.drain_timeout_s + 3)
             tg.start_soon(_heartbeats, ctx, actor, bus_cfg.heartbeat_every_s)
             tg.start_soon(_watch_connection, bus, stop)
+            tg.start_soon(bus.keep_topology)  # the owner recreates what was deleted; others return at once
             ctx.state = "running"
             await actor.run(ctx)
             ctx.state = "draining"

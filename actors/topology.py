@@ -18,6 +18,16 @@ before it reaches the bus; a verifier that failed at once would only be
 restarted. Why not create: a role that may create may also rewrite, and with
 per-role NATS users (``ops/nats/``) it is not allowed to.
 
+Repair without an operator: the owner keeps its topology (``repair``, every
+heartbeat from ``Bus.keep_topology``): a stream, bucket or role durable that
+was deleted is recreated, and a recreated stream is logged as an error naming
+what went with it. A consumer whose own durable vanished under it
+(``rlvr.actors.consume``) waits for the owner, or is the owner and recreates
+it where it was reading. A consumer asked to resume at a sequence its stream
+never reached (``create_consumer`` with ``start_seq``: the learner's floor)
+is looking at a stream deleted and recreated since: the messages it held are
+gone, and ``TopologyLostError`` says so instead of skipping the new ones.
+
 Not here: connecting and publishing (``rlvr.actors.bus``), the names and
 shapes of the streams (``rlvr.protocol.subjects``).
 """
@@ -54,6 +64,20 @@ class TopologyMissingError(RuntimeError):
 
 class TopologyMismatchError(RuntimeError):
     """A stream or consumer exists with a shape this role cannot work with."""
+
+
+class TopologyLostError(RuntimeError):
+    """A stream this role reads was deleted under it: the messages it held are gone."""
+
+
+# What follows when each stream is recreated empty: said in the repair's log line.
+_LOST = {
+    "TASKS": "the tasks it held: their slots free after the feeder's task timeout (2 x learn.group_timeout_s)",
+    "ROLLOUTS": "the samples it held: their groups expire as partial (counted)",
+    "SCORED": "the scored samples it held: the learner stops and names them (TopologyLostError)",
+    "WEIGHTS": "the last announcement: replicas keep their version until the next one",
+    "DEAD": "the dead letters it held",
+}
 
 
 def stream_config(bus: Bus, sd: StreamDef, kind: str) -> js_api.StreamConfig:
@@ -112,12 +136,7 @@ async def ensure_topology(bus: Bus) -> list[str]:
             await js.update_stream(config)
             log.info("stream_updated", stream=sd.name)
         touched.append(sd.name)
-    # KV reads are direct gets, whose subject names the key: so permissions can
-    # let `ops` read the policy version but not the stored config.
-    for bucket, create in (
-        (bus.names.kv_bucket, lambda: js.create_key_value(bucket=bus.names.kv_bucket, history=1, storage=_storage(bus), replicas=bus.cfg.replicas, direct=True)),
-        (bus.names.weights_bucket, lambda: js.create_object_store(bucket=bus.names.weights_bucket, storage=_storage(bus), replicas=bus.cfg.replicas)),
-    ):
+    for bucket, _, create in _buckets(bus):
         try:
             await create()
         except BadRequestError:
@@ -130,9 +149,68 @@ async def ensure_topology(bus: Bus) -> list[str]:
     return touched
 
 
+def _buckets(bus: Bus) -> list[tuple[str, str, object]]:
+    """(bucket, its stream, create) of the run's KV and object-store buckets. KV reads are
+    direct gets, whose subject names the key: so permissions can let `ops` read the policy
+    version but not the stored config."""
+    js, names, cfg = bus.js, bus.names, bus.cfg
+    return [
+        (names.kv_bucket, f"KV_{names.kv_bucket}", lambda: js.create_key_value(
+            bucket=names.kv_bucket, history=1, storage=_storage(bus), replicas=cfg.replicas, direct=True)),
+        (names.weights_bucket, f"OBJ_{names.weights_bucket}", lambda: js.create_object_store(
+            bucket=names.weights_bucket, storage=_storage(bus), replicas=cfg.replicas)),
+    ]
+
+
+async def repair(bus: Bus) -> list[str]:
+    """The owner's pass over its topology: recreate every stream, bucket and role durable that is
+    gone (deleted by hand, by a script, by a reset server); returns what it recreated.
+
+    A stream comes back empty: what it held is gone, and the error logged names what follows
+    (``_LOST``). The learner's own durable is not here: its consumer recreates it where it was
+    reading (``rlvr.actors.consume``)."""
+    repaired: list[str] = []
+    for kind, sd in _kinds(bus):
+        if await _info(bus, sd.name) is None:
+            try:
+                await bus.js.add_stream(stream_config(bus, sd, kind))
+            except BadRequestError:
+                continue  # recreated meanwhile (`init`, another pass)
+            log.error("stream_recreated", stream=sd.name, gone=_LOST.get(kind, "the messages it held"),
+                      note="the stream was deleted; its owner recreated it empty")
+            repaired.append(sd.name)
+    for bucket, stream, create in _buckets(bus):
+        if await _info(bus, stream) is None:
+            try:
+                await create()
+            except BadRequestError:
+                continue
+            log.error("bucket_recreated", bucket=bucket, note="deleted; recreated empty by its owner")
+            repaired.append(bucket)
+    for durable in ROLE_DURABLES:
+        cd = bus.consumer_def(durable)
+        if await _info(bus, f"{cd.stream}/{cd.durable}") is None:
+            try:  # never replace one found meanwhile (`create_consumer` would)
+                await bus.js.add_consumer(cd.stream, consumer_config(cd))
+            except BadRequestError:
+                continue
+            log.warning("consumer_recreated", stream=cd.stream, durable=cd.durable,
+                        note="deleted; recreated by its owner, its replicas bind it again")
+            repaired.append(f"{cd.stream}/{cd.durable}")
+    return repaired
+
+
 async def create_consumer(bus: Bus, cd: ConsumerDef, start_seq: int | None = None) -> None:
     """Create the durable ``cd`` (the owner only); an existing one with other settings is replaced,
-    and ``start_seq`` always replaces it so that it delivers from that sequence on."""
+    and ``start_seq`` always replaces it so that it delivers from that sequence on.
+
+    ``start_seq`` past the end of the stream (its last sequence below ``start_seq - 1``) means the
+    stream was deleted and recreated since that position was taken (a purge keeps the
+    sequence): ``TopologyLostError``, rather than a consumer that would skip every new message."""
+    if start_seq is not None and start_seq > 1:
+        info = await bus.js.stream_info(cd.stream)
+        if info.state.last_seq < start_seq - 1:
+            raise TopologyLostError(lost_message(cd, start_seq, info.state.last_seq))
     config = consumer_config(cd, start_seq)
     if start_seq is not None:
         try:
@@ -185,6 +263,21 @@ async def check_consumer(bus: Bus, cd: ConsumerDef, role: str) -> js_api.Consume
     return info
 
 
+def lost_message(cd: ConsumerDef, resume_seq: int, last_seq: int | None, delivered_to: int = 0) -> str:
+    """What a reader of ``cd`` lost when its stream was deleted (``delivered_to``: the last
+    sequence it was delivered, when it was reading), counted as far as it can be, and what can be done."""
+    now = "is gone" if last_seq is None else f"was recreated (it ends at sequence {last_seq})"
+    count = (f"at least {delivered_to - resume_seq + 1} messages (sequences {resume_seq} to {delivered_to}, "
+             "delivered here and not yet committed) and any stored after them"
+             if delivered_to >= resume_seq else f"every message it stored from sequence {resume_seq} on")
+    return (
+        f"stream {cd.stream} was deleted and {now} while consumer {cd.durable!r} was to read it from "
+        f"sequence {resume_seq}: {count} are gone and cannot be accounted for. "
+        "Nothing can recreate them: restore the stream from a backup, or start a new run (another `run` id); "
+        "restarting does not help"
+    )
+
+
 def _val(enum_or_str: object) -> object:
     # nats-py hands back enums or their plain string values depending on the call.
     return getattr(enum_or_str, "value", enum_or_str)
@@ -232,6 +325,7 @@ async def _wait_for(bus: Bus, names: list[str], role: str) -> dict:
 __all__ = [
     "ROLE_DURABLES",
     "ROLE_STREAMS",
+    "TopologyLostError",
     "TopologyMismatchError",
     "TopologyMissingError",
     "check_consumer",
@@ -239,5 +333,7 @@ __all__ = [
     "consumer_config",
     "create_consumer",
     "ensure_topology",
+    "lost_message",
+    "repair",
     "stream_config",
 ]

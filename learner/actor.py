@@ -43,7 +43,7 @@ from rlvr.learner.watch.alarms import Alarm, SignalWatch
 from rlvr.learner.data.history import PromptHistory, read_selection, subset
 from rlvr.learner.watch.step_alarms import StepWatch
 from rlvr.learner.custody.checkpoint import CheckpointStore, LearnerState
-from rlvr.learner.custody.custody import Custody, span_links
+from rlvr.learner.custody.custody import CONFLICT_ERROR, Custody, copy_rank, span_links
 from rlvr.learner.config import LearnConfig, train_dataset
 from rlvr.learner.data.datasets import load_splits
 from rlvr.learner.watch.eval_rounds import Evaluator
@@ -152,6 +152,7 @@ class LearnActor:
             # Always from the checkpointed floor (1 before the first checkpoint): samples acked
             # by a learner that died before committing them are delivered again, none is lost.
             start_seq=self.state.ledger.floor,
+            check_copies=False,  # custody keeps one of two conflicting copies by content (Custody.conflict)
         )
         # Off the event loop: it imports TensorBoard (and torch), seconds during which
         # the loop could not renew the lease or answer the bus.
@@ -327,17 +328,25 @@ class LearnActor:
     # --- custody, checkpoints, weights -----------------------------------------------
     async def on_scored(self, scored: Scored, delivery: Delivery) -> Ack | Hold | Term:
         sid, seq = scored.sample_id, delivery.stream_seq
-        receipt = self.custody.receive(sid, seq, remote_span_context(delivery.trace_context))
+        rank = copy_rank(scored)
+        receipt = self.custody.receive(sid, seq, remote_span_context(delivery.trace_context), rank=rank)
         if receipt in ("decided", "duplicate"):
             return Ack()
         if receipt == "held_again":
             return Hold()
-        if self.trainer is not None and self.trainer.engine is not None:
-            try:  # before the sample can reach the embedding (a device assert on a GPU)
-                check_token_ids_in_vocab(scored, self.trainer.engine.vocab_size)
-            except MessageInvalidError as e:
-                self.custody.drop(sid, "invalid")  # recorded in the next checkpoint; the Term settles the message
-                return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
+        refused = self._out_of_vocab(scored)
+        if receipt == "conflict":  # the lower rank is kept, whichever came first; an unusable copy never is
+            if refused is not None:
+                return refused
+            aside, why, dead = self.custody.conflict(sid, seq, rank, lambda: self.assembler.replace(seq, scored))
+            outcome = Term(why, error_type=CONFLICT_ERROR, kind="conflict") if dead else Ack()
+            if aside == seq:
+                return outcome
+            await self.io.consumer.release(aside, outcome)
+            return Hold()
+        if refused is not None:
+            self.custody.drop(sid, "invalid")  # recorded in the next checkpoint; the Term settles the message
+            return refused
         if self.assembler.clock.saw(delivery.stored_at) - self._expired_at >= 1.0:
             await self._expire_groups()  # before this sample joins: its own message stays held
         group = self.assembler.add(seq, scored)
@@ -348,6 +357,17 @@ class LearnActor:
             else:
                 self.ready_send.send_nowait(group)
         return Hold()
+
+    def _out_of_vocab(self, scored: Scored) -> Term | None:
+        """A Term for a sample whose token ids the engine's vocabulary does not hold, checked
+        before the sample can reach the embedding (a device assert on a GPU)."""
+        if self.trainer is None or self.trainer.engine is None:
+            return None
+        try:
+            check_token_ids_in_vocab(scored, self.trainer.engine.vocab_size)
+        except MessageInvalidError as e:
+            return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
+        return None
 
     async def _release(self, seqs: list[int]) -> None:
         """Ack the messages of samples whose fate custody has just decided."""
@@ -482,6 +502,9 @@ class LearnActor:
             "evals": flat,
             "samples": self.custody.accounting(self.state.samples_trained),
             "drops": self.custody.drop_totals(),
+            # Copies of one sample id with other content (two verifier replicas' verdicts...): one kept by
+            # content (the lower digest), the other dead-lettered as `conflict`.
+            "conflicting_copies": self.custody.conflicts,
             "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
             "alarms": [a.message for a in self.watch.active.values()] + self.step_watch.alerts(),
             # Each alarm kind's episodes (raised, then cleared or still holding) and how long they held.

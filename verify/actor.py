@@ -3,12 +3,13 @@
 It pulls from the shared ``verify`` consumer (every replica binds the same
 durable, so replicas split the work and a message goes to one at a time),
 scores each sample in the killable worker pool, publishes ``Scored`` with
-``Nats-Msg-Id = task_id/index#<meaning digest>`` (``scored_msg_id``) and only
-then acks. A replica killed while holding a message lets it be redelivered
-after ``ack_wait``; the republished Scored has the same id, so it is stored
-once. A sample published again under its id with other content gets another
-id, so the learner sees both and refuses the second as a conflict, whichever
-replica scored each.
+``Nats-Msg-Id = task_id/index#<meaning digest>.<verdict digest>`` (``scored_msg_id``)
+and only then acks. A replica killed while holding a message lets it be
+redelivered after ``ack_wait``; the republished Scored, scored alike, has the
+same id, so it is stored once. A sample published again under its id with
+other content, or scored with another verdict by another replica, gets
+another id, so the learner sees both and keeps one by content, whichever
+replica scored each and whichever was stored first.
 
 Outcomes are data: a timeout is ``outcome="timeout"`` in the Scored message
 (counted apart from wrong answers), never a missing reward. A spec naming an
@@ -96,7 +97,7 @@ class VerifyActor:
             scored = self._scored(sample, verdict, span)
             if isinstance(scored, Term):
                 return scored
-            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=scored_msg_id(sample))
+            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=scored_msg_id(sample, scored.verdict))
         self._count(verdict)
         return None
 
@@ -117,7 +118,7 @@ class VerifyActor:
             scored = self._scored(sample, verdict, span)
             if isinstance(scored, Term):
                 return scored
-            headers = self.ctx.bus.headers_for(scored_msg_id(sample))  # inside the span: the output continues it
+            headers = self.ctx.bus.headers_for(scored_msg_id(sample, scored.verdict))  # inside the span: the output continues it
         self._count(verdict)
         return Forward(self.ctx.names.scored, scored, headers)
 

@@ -6,13 +6,33 @@ The reward (the ``env`` verifier) is the share of right answers. A rollout
 killed mid-episode has its task redelivered and the episode generated again:
 the checks are the same as for single completions (nothing lost, nothing
 trained twice).
+
+The environment faults (``faults.environment_fault``) are switched from outside: while
+``$RLVR_RUN_DIR/chaos-env`` says ``raise``, every step raises (the episode ends ``env_error``,
+its sample is dropped as ``verify_failed``); while it says ``hang``, a step forks a child and
+blocks its thread for ``HANG_S`` (past the rollout's ``env_timeout_s``: ``env_timeout``).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from rlvr.rollout.envs.base import AssistantTurn, Environment, EpisodeTask, StepResult, user
+
+HANG_S = 20.0
+CHILD_TAG = "chaos-env-child"  # in the forked child's argv, so the fault can find what outlived it
+
+
+def chaos_mode() -> str:
+    try:
+        return (Path(os.environ.get("RLVR_RUN_DIR", ".")) / "chaos-env").read_text().strip()
+    except OSError:
+        return ""
 
 
 class Quiz(Environment):
@@ -31,6 +51,12 @@ class Quiz(Environment):
         return f"{a}+{b}="
 
     async def step(self, turn: AssistantTurn) -> StepResult:
+        mode = chaos_mode()
+        if mode == "raise":
+            raise RuntimeError("chaos: the environment raised")
+        if mode == "hang":  # a tool that forks a child and hangs its thread
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", CHILD_TAG])
+            time.sleep(HANG_S)
         a, b = self.sums[self.asked]
         self.right += turn.text.strip() == str(a + b)
         self.asked += 1

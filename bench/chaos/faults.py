@@ -26,6 +26,7 @@ from nats.js import api
 
 from bench.chaos.invariants import read_committed
 from bench.chaos.scenario import ACK_WAIT_S, Scenario
+from rlvr.protocol.subjects import KV_LEARNER_LEASE
 
 
 def _result(kind: str, **detail) -> dict:
@@ -193,7 +194,8 @@ def delete_consumer(sc: Scenario, rng, kind: str, durable: str) -> dict:
     exited = {r: sc.sk.roles[r].proc.returncode for r in sc.replicas if not sc.sk.roles[r].alive()}
     back = sc.obs.consumer_info(kind, durable) is not None
     action = "none"
-    if not back:
+    if not back:  # the learner, the topology's owner, recreates every durable (issue 38)
+        sc.violations.append(f"consumer {durable} deleted: not recreated by its owner within 8 s; exited: {exited}")
         if durable == "learn":
             action = "learner restarted (it recreates its consumer at its floor)"
             sc.sk.reap("learn-0")
@@ -213,6 +215,80 @@ def delete_consumer(sc: Scenario, rng, kind: str, durable: str) -> dict:
             sc.wait_running(r, timeout_s=180)
     return _result(f"consumer_deleted:{durable}", deleted=deleted, owner=owner, exited=exited,
                    came_back_by_itself=back, recovery=action, errors=logs, seconds=round(time.monotonic() - t0, 1))
+
+
+def delete_stream(sc: Scenario, rng, kind: str) -> dict:
+    """Delete a work-queue stream (its durable goes with it) mid-run: the learner, its owner,
+    recreates both within a few heartbeats and nobody exits (repair without an operator). What
+    the stream held is gone: tasks free their feeder slots after the task timeout, samples'
+    groups expire as partial; neither was on SCORED, so custody has nothing to lose."""
+    before = sc.obs.stream_state(kind)
+    held = before.state.messages if before else None
+    sc.obs.call(sc.obs.js.delete_stream(sc.obs.names.stream(kind)), timeout_s=20)
+    durable = {"TASKS": "rollout", "ROLLOUTS": "verify"}[kind]
+    t0 = time.monotonic()
+    back = None
+    while time.monotonic() - t0 < 60:
+        if sc.obs.stream_state(kind) is not None and sc.obs.consumer_info(kind, durable) is not None:
+            back = round(time.monotonic() - t0, 2)
+            break
+        time.sleep(0.2)
+    exited = {r: sc.sk.roles[r].proc.returncode for r in sc.replicas if not sc.sk.roles[r].alive()}
+    if back is None:
+        sc.violations.append(f"stream {kind} deleted: its owner did not recreate it and its durable within 60 s")
+    if exited:
+        sc.violations.append(f"stream {kind} deleted: {sorted(exited)} exited instead of waiting for the repair")
+    return _result(f"stream_deleted:{kind}", messages_lost=held, recreated_after_s=back, exited=exited)
+
+
+def delete_kv_bucket(sc: Scenario, rng) -> dict:
+    """Delete the run's KV bucket (the learner's lease, progress and resolved config) mid-run: the
+    learner recreates it at its next repair pass and takes its lease again (it must not read the
+    missing key as another learner's and stop), and its progress comes back with its next write."""
+    bucket = sc.obs.names.kv_bucket
+    sc.obs.call(sc.obs.js.delete_key_value(bucket), timeout_s=20)
+    t0 = time.monotonic()
+    back = None
+    while time.monotonic() - t0 < 60:
+        kv = sc.obs.try_call(sc.obs.js.key_value(bucket), timeout_s=5)
+        if kv is not None and sc.obs.try_call(kv.get(KV_LEARNER_LEASE), timeout_s=5) is not None:
+            back = round(time.monotonic() - t0, 2)
+            break
+        time.sleep(0.2)
+    alive = sc.sk.roles["learn-0"].alive()
+    if back is None:
+        sc.violations.append("kv bucket deleted: the learner did not recreate it and its lease within 60 s")
+    if not alive:
+        sc.violations.append(f"kv bucket deleted: the learner exited ({_last_error(sc.sk.log_text('learn-0'))})")
+    return _result("kv_deleted", lease_back_after_s=back, learner_alive=alive)
+
+
+def environment_fault(sc: Scenario, rng, mode: str) -> dict:
+    """The run's environment (bench/chaos/episodes.py) raises, or hangs in a step after forking a
+    child, for a few seconds: episodes end ``env_error`` / ``env_timeout``, their samples are
+    dropped as ``verify_failed`` (counted), the rollout carries on. Children the hung steps
+    forked and left behind are counted (``orphans``), then killed by PID."""
+    import psutil
+
+    from bench.chaos.episodes import CHILD_TAG, HANG_S
+
+    flag = sc.root / "chaos-env"
+    hold = round(rng.uniform(3.0, 6.0), 2) if mode == "raise" else 2.0
+    flag.write_text(mode)
+    time.sleep(hold)
+    flag.unlink()
+    if mode == "hang":
+        time.sleep(HANG_S + 5)  # the steps that hung come back
+    orphans = [p for p in psutil.process_iter(["cmdline"]) if CHILD_TAG in (p.info["cmdline"] or [])]
+    for p in orphans:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    alive = sc.sk.roles["rollout-0"].alive()
+    if not alive:
+        sc.violations.append(f"the environment fault {mode} took the rollout down")
+    return _result(f"environment:{mode}", held_s=hold, rollout_alive=alive, orphans=len(orphans))
 
 
 def _last_error(log: str) -> str:

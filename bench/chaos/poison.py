@@ -81,7 +81,9 @@ def weights_poisons(run: str, max_payload: int) -> list[Poison]:
 def _conflict_ids(subject: str, case: Poison) -> list[str]:
     """Where a sample's two copies land on two verifier replicas, neither replica sees the
     other's, so both are scored; each Scored goes out under ``scored_msg_id`` and the learner
-    refuses whichever SCORED stored second as a ``conflict``. Its dead letter carries that id."""
+    keeps one by content (the lower ``copy_rank``, whichever SCORED stored first) and dead-letters
+    the other as a ``conflict``. Its dead letter carries that copy's id, either of the two, with
+    the verdict's digest after it (``inject`` matches on what precedes it)."""
     if subject != "rollouts" or case.first is None:
         return []
     return [scored_msg_id(msgspec.msgpack.decode(raw, type=Sample)) for raw in (case.first, case.data)]
@@ -123,7 +125,9 @@ def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
         while time.monotonic() < deadline and len(found) < len(wanted) + len(by_size):
             for d in obs.dead_letters():
                 mid = d.headers.get("Nats-Msg-Id", "")
-                case = wanted.get(mid) or (by_size.get(d.size) if not mid and d.reference else None)
+                # A Scored's id ends ``.<verdict digest>`` (``scored_msg_id``): matched on what precedes it.
+                case = (wanted.get(mid) or wanted.get(mid.rpartition(".")[0])
+                        or (by_size.get(d.size) if not mid and d.reference else None))
                 if case is None or case.name in found:
                     continue
                 found[case.name] = d.kind

@@ -4,6 +4,7 @@ checks the invariants after it, and the JSON report.
     python -m bench.chaos --quick            # >= 25 faults, CI (tests/test_chaos.py)
     python -m bench.chaos                    # the full run: >= 100 faults, >= 60 poison messages
     python -m bench.chaos --seed 7 --report bench/results/chaos_full.json
+    python -m bench.chaos --soak --minutes 60   # the built-in example, light faults, a leak check (soak.py)
 
 After every fault: the committed ledger floor must pass where it was before
 the fault (``progress_s``; the longest is the report's ``longest_stall``),
@@ -83,6 +84,11 @@ def main_plan(rng: random.Random, quick: bool, catalogue: dict, disk_full: bool)
     plan += [("second_learner", F.second_learner)] * (1 if quick else 2)
     deletes = [("ROLLOUTS", "verify"), ("TASKS", "rollout")] + ([] if quick else [("SCORED", "learn")])
     plan += [(f"consumer_deleted:{d}", lambda sc, g, k=k, d=d: F.delete_consumer(sc, g, k, d)) for k, d in deletes]
+    streams = [] if quick else ["ROLLOUTS", "TASKS"]
+    plan += [(f"stream_deleted:{k}", lambda sc, g, k=k: F.delete_stream(sc, g, k)) for k in streams]
+    plan += [] if quick else [("kv_deleted", F.delete_kv_bucket)]
+    envs = [] if quick else ["raise", "hang"]
+    plan += [(f"environment:{m}", lambda sc, g, m=m: F.environment_fault(sc, g, m)) for m in envs]
     plan += [("jetstream:store_full", F.store_full)] * (1 if quick else 2)
     if disk_full:
         plan += [("checkpoint_disk_full", F.checkpoint_disk_full)] * (1 if quick else 3)
@@ -233,11 +239,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", help="keep run directories and logs here (default: a temporary directory)")
     p.add_argument("--scenarios", default="", help="comma-separated subset: main,main2,cluster,engine")
     p.add_argument("--only", default="", help="comma-separated fault label prefixes (debugging a fault)")
+    p.add_argument("--soak", action="store_true",
+                   help="the soak (bench/chaos/soak.py): the built-in example under `up` with light faults, every "
+                        "role's RSS, fds, threads and the store sampled each minute; writes bench/results/soak.*")
+    p.add_argument("--minutes", type=float, default=60.0, help="the soak's length (default 60)")
+    p.add_argument("--fault-every", type=float, default=3.0, help="minutes between the soak's light faults")
     p.add_argument("--summarize", action="store_true",
                    help="only rebuild the report from the scenario-*.json files a run left in --work-dir")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="rlvr-chaos-"))
+    if args.soak:
+        from bench.chaos.soak import main as soak
+
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwind: `up` and its roles are stopped
+        return soak(args.minutes, args.seed, work, fault_every_min=args.fault_every)
     if args.summarize:
         saved = [json.loads(f.read_text()) for f in sorted(work.glob("scenario-*.json"))]
         report = _jsonable(summarize(saved, args, 0.0))

@@ -6,7 +6,9 @@ A scored sample the learner receives is, in order:
    learner holds its message (``Hold``: the consumer keeps it alive); or
    already decided (committed, settled, a late duplicate: ack it), or a
    redelivery of the copy held (hold it again), or a second copy of a pending
-   sample (counted ``duplicate``, acked);
+   sample (counted ``duplicate``, acked), or a **conflicting** copy: the same
+   sample id with other content (another verdict from another verifier
+   replica, another prompt or completion), which ``conflict`` settles;
 2. **settled**, exactly once, by one of
    - ``train(ids)``: in an optimizer step;
    - ``drop(sample_id, reason)``: filtered out (stale, zero variance,
@@ -23,22 +25,52 @@ totals the summary and heartbeats show (drops by reason, verifier outcomes
 of training samples) are counted here too, in the same transitions, so
 "received" always equals trained + dropped + pending.
 
+Conflicting copies: the learner keeps one by content, never by arrival. Each
+copy has a rank (``copy_rank``: a digest of the sample and its verdict, minus
+what differs between two scorings of the same thing: timings, the replica);
+the lower rank is kept. A copy that arrives while the other waits in an open
+group replaces it if its rank is lower; the copy put aside is counted
+(``conflicts``, in the summary) and, when the two mean other work (another
+prompt, gold or verifier under one id), dead-lettered as ``conflict`` with
+the reason; a copy of the same slot with another verdict is acked.
+Once a group has gone to a step its members stand: a conflicting copy that
+comes later is the one put aside (the reason says so). A copy of a sample
+already trained or dropped is a late duplicate (``rlvr.learner.custody.ledger``).
+
 Pure: no NATS, no torch; ``tests/learner/test_custody.py`` drives it alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
+from collections.abc import Callable
 from typing import Literal
 
+import msgspec
 from opentelemetry.trace import SpanContext
 
 from rlvr.learner.custody.checkpoint import LedgerEntry
 from rlvr.learner.custody.groups import DropCounter, FilterResult, Group
 from rlvr.learner.custody.ledger import Ledger, LedgerState
 from rlvr.protocol import Scored
+from rlvr.protocol.samples import sample_meaning
 
-Receipt = Literal["new", "held_again", "decided", "duplicate"]
+Receipt = Literal["new", "held_again", "decided", "duplicate", "conflict"]
+CONFLICT_ERROR = "ConflictingDuplicate"
+MEANING_BYTES = 8  # the first bytes of a rank: two copies of one slot share them
+
+
+def copy_rank(scored: Scored) -> bytes:
+    """The rank of one copy of a scored sample; the lower is kept. Equal for copies that are the
+    same (the same sample, the same verdict), different otherwise, and the same in every learner
+    whatever the order: the digest of the sample's meaning (``sample_meaning``: the slot of the
+    task it fills, ``MEANING_BYTES``), then a digest of the sample and its verdict without what
+    differs between two scorings of one thing (the verifier's latency, the replica)."""
+    meaning = hashlib.blake2b(sample_meaning(scored.sample), digest_size=MEANING_BYTES).digest()
+    verdict = msgspec.structs.replace(scored.verdict, latency_s=0.0)
+    body = msgspec.msgpack.encode(scored.sample) + msgspec.msgpack.encode(verdict)
+    return meaning + hashlib.blake2b(body, digest_size=16).digest()
 
 
 class Custody:
@@ -50,6 +82,7 @@ class Custody:
         # Verifier outcomes of every training sample settled (kept or dropped), run totals.
         self.outcomes: Counter[str] = Counter(outcomes or {})
         self.held: dict[str, int] = {}  # sample id -> stream seq of the message held for it
+        self.ranks: dict[str, bytes] = {}  # sample id -> rank of the copy held (``copy_rank``)
         self.spans: dict[str, SpanContext] = {}  # sample id -> its trajectory's span (the step links it)
         # Fates since the last commit: the next ledger entry.
         self.trained: list[str] = []
@@ -60,22 +93,54 @@ class Custody:
         return cls(Ledger(state), drops=drops, outcomes=outcomes)
 
     # --- arrival -------------------------------------------------------------------
-    def receive(self, sample_id: str, seq: int, span: SpanContext | None = None) -> Receipt:
-        """What to do with the message at ``seq``: ``new`` and ``held_again``
-        are held (``Hold``); ``decided`` and ``duplicate`` are acked now."""
+    def receive(self, sample_id: str, seq: int, span: SpanContext | None = None, rank: bytes = b"") -> Receipt:
+        """What to do with the message at ``seq`` (``rank``: its ``copy_rank``): ``new`` and
+        ``held_again`` are held (``Hold``); ``decided`` and ``duplicate`` are acked now;
+        ``conflict`` (other content than the copy held) goes to ``conflict``."""
         ledger = self.ledger
         if ledger.already_consumed(sample_id, seq) or sample_id in ledger.settled_uncommitted:
             return "decided"  # before a restart, or earlier in this one
         if sample_id in ledger.pending:
             if ledger.pending[sample_id] == seq:
                 return "held_again"  # a redelivery of the message we hold
+            if self.ranks.get(sample_id, b"") != rank:
+                return "conflict"
             self.drops.samples["duplicate"] += 1
             return "duplicate"  # the same sample published twice: one copy is enough
         ledger.received(sample_id, seq)
         self.held[sample_id] = seq
+        self.ranks[sample_id] = rank
         if span is not None:
             self.spans[sample_id] = span
         return "new"
+
+    def conflict(self, sample_id: str, seq: int, rank: bytes,
+                 replace: Callable[[], int | None]) -> tuple[int, str, bool]:
+        """Two copies of ``sample_id`` with other content: the one held and the one at ``seq``
+        (``receive`` said ``conflict``). The lower rank is kept: the new copy takes the held one's
+        place when ``replace()`` could swap it into its group (the group is still open: it returns
+        the held copy's seq). Returns the stream seq of the copy put aside, the reason, and whether
+        to dead-letter it: yes when the two mean other work (another prompt, gold or verifier under
+        one id); a copy of the same slot with another verdict or completion is acked. Both are
+        counted in ``conflicts``."""
+        held_seq, held_rank = self.ledger.pending[sample_id], self.ranks.get(sample_id, b"")
+        self.drops.samples["conflict"] += 1
+        self.ledger.max_seq = max(self.ledger.max_seq, seq)  # the floor may pass the copy put aside
+        dead = rank[:MEANING_BYTES] != held_rank[:MEANING_BYTES]
+        what = "other content (another prompt, gold or verifier" if dead else "another verdict or completion (a copy"
+        why = (f"id {sample_id!r} was already received with {what} under the same id, e.g. taken by two verifier "
+               "replicas); the learner keeps the copy with the lower digest, whichever arrives first")
+        if rank < held_rank and replace() == held_seq:
+            self.ledger.pending[sample_id] = seq
+            self.held[sample_id], self.ranks[sample_id] = seq, rank
+            return held_seq, f"{why}: kept {rank.hex()[:16]} (seq {seq}), put aside {held_rank.hex()[:16]}", dead
+        late = ", but its group was complete already and stands as it went to a step" if rank < held_rank else ""
+        return seq, f"{why}{late}: kept {held_rank.hex()[:16]} (seq {held_seq}), put aside {rank.hex()[:16]}", dead
+
+    @property
+    def conflicts(self) -> int:
+        """Conflicting copies put aside (run total)."""
+        return self.drops.samples.get("conflict", 0)
 
     # --- fates ---------------------------------------------------------------------
     def train(self, ids: list[str]) -> list[int]:
@@ -121,6 +186,7 @@ class Custody:
         if sample_id in self.ledger.pending:
             self.ledger.settle(sample_id)
         self.spans.pop(sample_id, None)  # the step span has taken its link already
+        self.ranks.pop(sample_id, None)
         return self.held.pop(sample_id, None)
 
     # --- commit --------------------------------------------------------------------
@@ -142,12 +208,13 @@ class Custody:
 
     def accounting(self, samples_trained: int) -> dict[str, int]:
         """Every sample received, by fate: ``scored`` = trained + dropped + in flight
-        (copies of a sample, ``duplicate`` and ``late_duplicate``, are counted apart)."""
-        copies = ("duplicate", "late_duplicate")
+        (copies of a sample, ``duplicate``, ``late_duplicate`` and ``conflict``, are counted apart)."""
+        copies = ("duplicate", "late_duplicate", "conflict")
         dropped = sum(v for k, v in self.drops.samples.items() if k not in copies)
         pending = self.pending()
         return {"scored": samples_trained + dropped + pending, "trained": samples_trained, "dropped": dropped,
-                "in_flight": pending, "copies": self.drops.samples.get("duplicate", 0) + self.late_duplicates}
+                "in_flight": pending, "copies": self.drops.samples.get("duplicate", 0) + self.late_duplicates
+                + self.conflicts}
 
     def drop_totals(self) -> dict[str, int]:
         return {**self.drops.samples, "late_duplicate": self.ledger.late_duplicates}
@@ -158,4 +225,4 @@ def span_links(custody: Custody, scored: list[Scored]) -> list[SpanContext]:
     return [c for sc in scored if (c := custody.spans.get(sc.sample_id)) is not None]
 
 
-__all__ = ["Custody", "Receipt", "span_links"]
+__all__ = ["CONFLICT_ERROR", "Custody", "Receipt", "copy_rank", "span_links"]

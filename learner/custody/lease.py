@@ -116,15 +116,42 @@ class LearnerLease:
                 said = True
             await anyio.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
 
+    def _mine(self, holder: LeaseHolder) -> bool:
+        me = self.me
+        return (holder.replica, holder.host, holder.pid, holder.acquired_at) == (
+            me.replica, me.host, me.pid, me.acquired_at)
+
     async def renew(self) -> None:
+        """Renew the lease if this learner still holds it: the stored holder is this learner
+        (not its revision alone: a bucket deleted and recreated by the topology's repair counts
+        revisions from 1 again, and a renewal whose reply was lost has moved it on), written back
+        compare-and-set on the revision read. A lease key that is gone (its bucket recreated
+        empty, or the key deleted) is held by nobody: it is created again (``create`` fails if
+        another learner took it meanwhile). Another holder is ``LeaseLostError``."""
         kv = await self.bus.js.key_value(self.bus.names.kv_bucket)
-        try:
-            self.revision = await kv.update(LEASE_KEY, self._value(), last=self.revision)
-        except (KeyWrongLastSequenceError, KeyNotFoundError) as e:
-            raise LeaseLostError(
-                f"this learner's lease on run {self.bus.names.run!r} was taken by another learner "
-                f"(it stalled for longer than lease_ttl_s={self.ttl_s:g}s?); stopping"
-            ) from e
+        for _ in range(3):
+            try:
+                entry = await kv.get(LEASE_KEY)
+            except KeyNotFoundError:  # also KeyDeletedError: nobody's
+                entry = None
+            try:
+                if entry is None or entry.value is None:
+                    self.revision = await kv.create(LEASE_KEY, self._value())
+                    log.warning("lease_recreated", note="the lease key was gone (its bucket deleted?): taken again")
+                    return
+                holder = msgspec.json.decode(entry.value, type=LeaseHolder)
+                if not self._mine(holder):
+                    raise LeaseLostError(
+                        f"this learner's lease on run {self.bus.names.run!r} was taken by another learner, "
+                        f"{holder.replica} (pid {holder.pid} on {holder.host}, out_dir {holder.out_dir}); it "
+                        f"stalled for longer than lease_ttl_s={self.ttl_s:g}s, or the lease was lost with its "
+                        "bucket; stopping")
+                self.revision = await kv.update(LEASE_KEY, self._value(), last=entry.revision)
+                return
+            except KeyWrongLastSequenceError:
+                continue  # another learner wrote in between: look again
+        raise LeaseLostError(f"this learner's lease on run {self.bus.names.run!r} was taken by another learner "
+                             "(three renewals lost the compare-and-set); stopping")
 
     async def keep(self) -> None:
         """Renew every third of the TTL until cancelled. Only a lost lease

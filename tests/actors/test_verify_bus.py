@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 import time
 
-from rlvr.protocol import DeadLetter, Scored, VerifierSpec
+from rlvr.learner.custody.custody import copy_rank
+from rlvr.protocol import DeadLetter, Scored, VerifierSpec, decode
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
 from tests.factories import make_sample
@@ -200,8 +201,9 @@ def test_a_sample_id_with_other_content_on_another_replica_reaches_the_learner_a
         actors, nats_server, tmp_path):
     """A replica remembers only the copies it took. The same sample id published again with
     another gold, taken by a second replica, is scored too; its Scored goes out under another
-    ``Nats-Msg-Id`` (``scored_msg_id``), so SCORED keeps both and the learner refuses the one
-    stored second as a ``conflict`` instead of the server dropping it without a word."""
+    ``Nats-Msg-Id`` (``scored_msg_id``), so SCORED keeps both and the learner keeps one by content
+    (the lower ``copy_rank``, whichever was stored first) and dead-letters the other as a
+    ``conflict``, instead of the server dropping one without a word."""
     bus = BusClient(nats_server.url, RUN)
     cfg = write_config(tmp_path / "run.json", {
         "run": RUN, "bus": {"ack_wait_s": 3.0, "heartbeat_every_s": 0.5, "drain_timeout_s": 4.0},
@@ -227,4 +229,5 @@ def test_a_sample_id_with_other_content_on_another_replica_reaches_the_learner_a
     dead = wait_for(lambda: [d for d in bus.decoded("DEAD", DeadLetter) if d.stage == "learn"], what="a conflict")
     assert len(dead) == 1 and dead[0].error_type == "ConflictingDuplicate"
     assert "already received with other content" in dead[0].reason
-    assert dead[0].headers["Nats-Msg-Id"] == stored[1][2]["Nats-Msg-Id"]  # the copy stored second
+    aside = max(stored, key=lambda m: copy_rank(decode(m[1], Scored)))  # the higher rank, not the later copy
+    assert dead[0].headers["Nats-Msg-Id"] == aside[2]["Nats-Msg-Id"]
