@@ -81,7 +81,7 @@ def _config(tmp_path: Path, model: Path) -> dict:
         "learn": {
             "group_size": 2, "groups_per_step": 2, "steps": 2, "checkpoint_every": 1, "dynamic_sampling": False,
             "sampling": {"max_tokens": 8, "temperature": 1.0},
-            "dataset": {"kind": "arithmetic", "holdout": 4, "verifier": {"name": "exact"}},
+            "dataset": {"kind": "arithmetic", "holdout": 4, "verifier": {"name": "exact", "params": {"gold": "{gold}"}}},
             "eval": {"prompts": 2, "n": 2, "ks": [1, 2], "every_steps": 0},
             "engine": {"model_path": str(model), "zero_stage": 0, "bf16": False, "gradient_checkpointing": False,
                        "micro_batch_tokens": 4096, "pad_token_id": 0, "temperature": 1.0,
