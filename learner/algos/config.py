@@ -58,8 +58,9 @@ class AdvantageConfig(Struct, frozen=True, forbid_unknown_fields=True):
     process: Literal["off", "steps", "turns"] = "off"
     # With `process`: add this times the outcome advantage (`name`) to every token (0: process only).
     outcome_weight: Annotated[float, Meta(ge=0)] = 0.0
-    # "gae" only: the discount γ and GAE's λ (1.0 and 1.0: the Monte-Carlo return, verl's default).
+    # "gae" only: the discount γ (1.0: no discount, verl's default).
     gamma: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    # "gae" only: GAE's λ, the bias-variance trade-off of the advantage (1.0: the Monte-Carlo return).
     lam: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
     # "gae" only: standardise the advantages over the step's policy tokens (verl's masked_whiten).
     whiten: bool = True
