@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -160,4 +161,13 @@ def test_plan_json_is_machine_readable(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["can_start"] is True
     assert doc["plan"]["learner"]["parts"][0]["name"].startswith("weights")
-    assert sys.modules.get("rlvr.rollout.actor") is None  # no role's actor was even imported
+
+
+def test_plan_imports_no_role_s_actor():
+    # In a process of its own: earlier tests in this one may have imported the actors already.
+    probe = ("import sys; from rlvr.cli.main import main; rc = main(['plan', '--json', '--gpus', '0']); "
+             "sys.stderr.write('ACTORS=%s' % [m for m in ('rlvr.rollout.actor', 'rlvr.verify.actor', "
+             "'rlvr.learner.actor') if m in sys.modules]); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ACTORS=[]" in out.stderr, out.stderr[-2000:]
