@@ -175,12 +175,14 @@ def filter_group(
             dropped.append((seq, sc, "invalid"))
         elif sc.sample.finish_reason == "rejected":
             dropped.append((seq, sc, "rejected"))
-        elif not comp.ids or len(comp.ids) != len(comp.logprobs) or not sc.sample.prompt_ids:
-            dropped.append((seq, sc, "malformed"))
         elif sc.sample.episode is not None and sc.sample.episode.end_reason in CUT_ENDS:
             dropped.append((seq, sc, "episode_cut"))
         elif sc.verdict.outcome in VERIFY_FAILED:
+            # Before ``malformed``: an agent that failed before its first request has no tokens, and
+            # what went wrong is the failure its verdict records, not the message.
             dropped.append((seq, sc, "verify_failed"))
+        elif not comp.ids or len(comp.ids) != len(comp.logprobs) or not sc.sample.prompt_ids:
+            dropped.append((seq, sc, "malformed"))
         elif current_version - sc.sample.policy_version > max_staleness + episode_slack(sc):
             dropped.append((seq, sc, "stale"))
         else:
