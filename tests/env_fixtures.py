@@ -52,6 +52,30 @@ class HangsEnv(QuizEnv):
         await asyncio.sleep(3600)
 
 
+class ForksAndHangsParams(Struct, frozen=True):
+    pid_dir: str = ""
+    questions: int = 3
+
+
+class ForksAndHangsEnv(QuizEnv):
+    """A step that starts a program (which starts one of its own) and then blocks its thread waiting
+    for it, never yielding: a user's tool wrapper that hangs. Each process notes its pid in ``pid_dir``."""
+
+    Params = ForksAndHangsParams
+
+    async def step(self, turn):
+        import subprocess
+        import sys
+
+        child = ("import os, subprocess, sys, time; "
+                 "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+                 "[open(os.path.join(sys.argv[1], str(p)), 'w').close() for p in (os.getpid(), g.pid)]; "
+                 "time.sleep(300)")
+        subprocess.Popen([sys.executable, "-c", child, self.params.pid_dir])
+        time.sleep(4)  # blocks the thread past env_timeout_s: the rollout gives up on it
+        return StepResult(reward=0.0, done=True)
+
+
 class SpinsEnv(QuizEnv):
     """Never yields: a sync loop in an async method (a user's bug)."""
 

@@ -10,7 +10,8 @@ Past the deadline the call is cancelled; if the thread does not come back
 (code that never yields) it is abandoned, its loop marked dead, and the
 episode ends ``env_timeout`` while the rollout goes on. A connection an
 environment opens (OpenEnv's WebSocket) stays on its own loop for the whole
-episode, as async clients expect.
+episode, as async clients expect. What a stuck call had started (a process it
+forked, then hung waiting for) is killed when the episode ends (``spawns``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from rlvr.rollout.envs import spawns
+
 T = TypeVar("T")
 
 
@@ -31,6 +34,9 @@ class EnvTimeoutError(TimeoutError):
 
 class EnvThread:
     def __init__(self, name: str) -> None:
+        spawns.install()
+        self.name = name
+        self.since = spawns.now()
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._main, name=f"env-{name}", daemon=True)
@@ -49,6 +55,7 @@ class EnvThread:
             raise EnvTimeoutError(f"{what}: the environment's thread is stuck in an earlier call")
 
         async def run() -> Any:
+            spawns.own(self)  # processes this call starts are this episode's (spawns.reap)
             value = fn()
             if asyncio.iscoroutine(value) or isinstance(value, Awaitable):
                 value = await value
@@ -74,8 +81,10 @@ class EnvThread:
         return False
 
     def stop(self) -> None:
-        """End the loop; a stuck thread is left behind (it is a daemon)."""
-        if not self.dead:
+        """End the loop; a stuck thread is left behind (it is a daemon), what it started is killed."""
+        if self.dead:
+            spawns.reap(self, self.since, self.name)
+        else:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=1.0)
             if not self.thread.is_alive():

@@ -23,7 +23,7 @@ from rlvr.rollout.engines.trivial import ByteChatCodec, TrivialEngine
 from rlvr.rollout.envs.registry import EnvironmentUnknownError, load_environments
 from rlvr.rollout.episodes import EpisodeSettings, check_env_spec, run_episode
 
-FIXTURES = ["QuizEnv", "RaisesEnv", "HangsEnv", "SpinsEnv", "GarbageEnv", "BadMessagesEnv", "NanRewardEnv",
+FIXTURES = ["QuizEnv", "RaisesEnv", "HangsEnv", "ForksAndHangsEnv", "SpinsEnv", "GarbageEnv", "BadMessagesEnv", "NanRewardEnv",
             "FailsToStartEnv", "ToolBoxEnv"]
 load_environments([f"tests.env_fixtures:{name}" for name in FIXTURES])
 FAST = EpisodeSettings(env_timeout_s=1.0, tool_timeout_s=0.5)
@@ -82,6 +82,65 @@ def test_an_environment_that_fails_hangs_or_answers_garbage_ends_the_episode_say
     r = _run(engine, _task(env))
     assert r.episode.end_reason == reason and says in r.episode.detail, r.episode
     assert r.finish_reason == "abort" and time.monotonic() - started < 10  # bounded, even for a loop that never yields
+
+
+def test_what_a_hung_step_started_is_killed_and_what_others_started_is_not(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from rlvr.rollout.envs import spawns
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])  # the rollout's own
+    try:
+        # Started apart from the step's program: two starts within spawns.WINDOW_S are ambiguous, and
+        # an ambiguous process is left alone (a wrong kill is worse than a leftover).
+        time.sleep(spawns.WINDOW_S[1] + 0.05)
+        engine = TrivialEngine(TrivialEngineConfig(accuracy=1.0))
+        r = _run(engine, _task("ForksAndHangsEnv", params={"pid_dir": str(tmp_path)}))
+        assert r.episode.end_reason == "env_timeout", r.episode
+        # The step's program noted itself and its own child before the episode was given up on
+        # (it had 2 s: the 1 s deadline, then the 1 s ping the stuck thread does not answer).
+        pids = sorted(int(p.name) for p in tmp_path.iterdir())
+        assert len(pids) == 2, pids
+        alive = [p for p in pids if os.path.exists(f"/proc/{p}") and "Z" not in _state(p)]
+        assert alive == [] and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_process_two_owners_could_have_started_is_left_alone():
+    import contextvars
+    import subprocess
+    import sys
+
+    from rlvr.rollout.envs import spawns
+
+    spawns.install()
+    since = spawns.now()
+    a, b = object(), object()
+
+    def start(owner):
+        spawns.own(owner)
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+
+    procs = [contextvars.copy_context().run(start, a), contextvars.copy_context().run(start, b)]
+    try:
+        assert spawns.started_by(a, since) == [] and spawns.started_by(b, since) == []
+        assert all(p.poll() is None for p in procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
 
 
 def test_an_unknown_environment_or_bad_params_are_refused_before_any_episode():
