@@ -14,6 +14,12 @@ shape from the saved ``config.json`` (``model_shape``), as ``rlvr-actor plan`` d
 prints a table and writes bench/results/plan_vs_measured.{md,json}. Target: the plan within
 ±15% of the measurement. What CPU cannot show: the CUDA context, the caching allocator's
 fragmentation, bf16 (DeepSpeed's CPU engine runs fp32 here).
+
+One GPU figure is quoted, not measured here: the learner's peak of 53.6 GiB on one H200 for
+Qwen2.5-0.5B's shape at 16,384 tokens per micro-batch, bf16, ZeRO-2, checkpointing on, with the
+full-logits log-prob path of before the chunking (quoted by issue 36; the run predates this
+tree's records). The plan for that shape and path (``full_logits=True``) is printed beside it.
+``bench/gpu_check.sh`` measures the chunked path on a GPU when one is lent.
 """
 
 from __future__ import annotations
@@ -85,6 +91,28 @@ def one(spec: list) -> dict:
             "parts": {p.name: p.bytes for p in plan.parts}}
 
 
+QUOTED_H200_GIB = 53.6
+
+
+def quoted_h200() -> dict:
+    """The plan for the quoted H200 run's shape and settings (see the module's docstring)."""
+    from transformers import Qwen2Config
+
+    from rlvr.cli.plan.memory import LearnerSettings, learner_plan
+    from rlvr.cli.plan.shapes import shape_of_config
+
+    cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                      num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    shape = shape_of_config(cfg, "Qwen2.5-0.5B's shape")
+    settings = LearnerSettings(bf16=True, zero_stage=2, offload_optimizer=False, gradient_checkpointing=True,
+                               micro_batch_tokens=16384, full_logits=True)
+    plan = learner_plan(shape, settings, on_gpu=True)
+    measured = QUOTED_H200_GIB * 2**30
+    return {"shape": "Qwen2.5-0.5B, 16,384 tokens, bf16, ZeRO-2, ckpt, full logits (H200, quoted)",
+            "params": shape.params, "planned_bytes": plan.gpu_bytes, "measured_bytes": measured,
+            "plan_over_measured": plan.gpu_bytes / measured, "parts": {p.name: p.bytes for p in plan.parts}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -109,7 +137,7 @@ def main() -> None:
               f"measured {r['measured_bytes'] / 2**20:8.1f} MiB  plan/measured {r['plan_over_measured']:.2f}", flush=True)
     doc = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "load_average": os.getloadavg(),
            "command": " ".join(["OMP_NUM_THREADS=1 .venv/bin/python bench/plan_vs_measured.py", *sys.argv[1:]]),
-           "rows": rows}
+           "rows": rows, "quoted": quoted_h200()}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "plan_vs_measured.json").write_text(json.dumps(doc, indent=2))
     lines = ["# Learner memory plan vs DeepSpeed's measured peak (CPU, fp32)", "",
@@ -120,6 +148,18 @@ def main() -> None:
         lines.append(f"| {r['shape']} | {r['params'] / 1e6:.1f}M | {r['micro_batch_tokens']} | {r['zero_stage']} | "
                      f"{'on' if r['gradient_checkpointing'] else 'off'} | {r['planned_bytes'] / 2**20:.0f} MiB | "
                      f"{r['measured_bytes'] / 2**20:.0f} MiB | {r['plan_over_measured']:.2f} |")
+    from rlvr.cli.plan.memory import FULL_LOGITS_COPIES
+
+    q = doc["quoted"]
+    logits = next(v for k, v in q["parts"].items() if k.startswith("log-probs"))
+    lines += ["", "## A GPU figure, quoted", "",
+              f"{q['shape']}: plan {q['planned_bytes'] / 2**30:.1f} GiB, measured {QUOTED_H200_GIB} GiB, "
+              f"plan/measured {q['plan_over_measured']:.2f}. The gap is the old full-logits path's allowance "
+              f"({logits / 2**30:.1f} GiB: {FULL_LOGITS_COPIES} fp32 [tokens, vocab] copies, measured on CPU in fp32, "
+              "bench/results/learner_memory.md); what the H200 run implies for it is about "
+              f"{(QUOTED_H200_GIB * 2**30 - (q['planned_bytes'] - logits)) / (16384 * 151936 * 4):.1f} copies in bf16. "
+              "That path is no longer the learner's; the chunked path's plan on a GPU is checked by "
+              "`bench/gpu_check.sh`, which prints plan against measured when a GPU is lent."]
     (RESULTS / "plan_vs_measured.md").write_text("\n".join(lines) + "\n")
 
 

@@ -17,6 +17,12 @@ Learner (one rank; ``ranks`` data-parallel ranks share the ZeRO shards):
   buffers at a time, chunk = min(1,024, micro-batch tokens); the old full-logits path held
   about six fp32 [tokens, V] copies (bench/results/learner_memory.md), kept as ``full_logits``
   for comparing with figures measured before the change;
+- on CPU only: attention's score matrix. PyTorch's CPU ``scaled_dot_product_attention`` with an
+  attention mask (the learner always passes one) takes the math path, which materialises the
+  heads x t x t probabilities in the compute dtype: kept per layer for the backward without
+  checkpointing, about four such tensors (scores, probabilities and their gradients) for the one
+  layer rebuilt with it. This is what the CPU validation showed missing at 1,024 and 2,048 tokens
+  (bench/results/plan_vs_measured.md). The GPU kernels (flash, memory-efficient) keep none;
 - the reference model (``loss.kl_coef > 0``): its weights in the compute dtype, on every rank;
 - a fixed allowance for the CUDA context, NCCL and allocator slack (``GPU_OVERHEAD``).
 
@@ -25,8 +31,8 @@ Rollout (one vLLM replica, per GPU of its tensor-parallel group): weights, vLLM'
 that is left of ``gpu_memory_utilization`` x the GPU; 2 x layers x kv width x dtype bytes per
 token. Sequences of ``max_model_len`` that fit = KV bytes / (bytes per token x max_model_len).
 
-Not counted: fragmentation beyond the allowance, attention's score matrix (sdpa and flash
-kernels keep none), a critic (this config format has none yet).
+Not counted: fragmentation beyond the allowance, attention's score matrix on a GPU (sdpa's flash
+and memory-efficient kernels keep none), a critic (this config format has none yet).
 """
 
 from __future__ import annotations
@@ -112,8 +118,8 @@ def model_states(shape: ModelShape, s: LearnerSettings, ranks: int) -> list[Part
     return parts
 
 
-def activations(shape: ModelShape, s: LearnerSettings) -> list[Part]:
-    """One micro-batch's activations and the log-prob buffer."""
+def activations(shape: ModelShape, s: LearnerSettings, on_gpu: bool = True) -> list[Part]:
+    """One micro-batch's activations and the log-prob buffer (and, on CPU, attention's scores)."""
     a = 2 if s.bf16 else 4
     t, h, i, kv, L = s.micro_batch_tokens, shape.hidden, shape.intermediate, shape.kv_dim, shape.layers
     layer = t * (8 * h + 3 * kv + 4 * i) * a
@@ -122,6 +128,11 @@ def activations(shape: ModelShape, s: LearnerSettings) -> list[Part]:
                 Part("activations: one layer rebuilt in backward", 2 * layer)]
     else:
         acts = [Part("activations (no checkpointing)", L * layer)]
+    if not on_gpu:
+        scores = shape.heads * t * t * a
+        acts.append(Part("attention scores (CPU math path): one rebuilt layer" if s.gradient_checkpointing
+                         else "attention scores (CPU math path): every layer",
+                         4 * scores if s.gradient_checkpointing else L * scores))
     if s.full_logits:
         acts.append(Part("log-probs: full fp32 logits (old path)", int(FULL_LOGITS_COPIES * t * shape.vocab * 4)))
     else:
@@ -132,7 +143,7 @@ def activations(shape: ModelShape, s: LearnerSettings) -> list[Part]:
 
 def learner_plan(shape: ModelShape, s: LearnerSettings, *, ranks: int = 1, budget: int | None = None,
                  on_gpu: bool = True) -> RolePlan:
-    parts = model_states(shape, s, ranks) + activations(shape, s)
+    parts = model_states(shape, s, ranks) + activations(shape, s, on_gpu)
     if s.reference:
         parts.append(Part("reference model (kl_coef > 0)", shape.params * (2 if s.bf16 else 4)))
     if on_gpu:
