@@ -23,10 +23,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 import sys
 from typing import Any
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+# One TLS context for every episode's client. An SDK client made without one loads the CA store
+# itself: about 35 ms of CPU, more than the rest of a short episode (docs/agents.md, "Cost").
+_TLS = ssl.create_default_context()
 
 TOOLS = [{"type": "function", "function": {
     "name": "calculator",
@@ -62,7 +67,8 @@ async def run(client: AsyncOpenAI, model: str, messages: list[dict[str, Any]]) -
 
 async def solve(client: Any, task: dict[str, Any]) -> str:
     """The callable form: (client, task) -> answer."""
-    oa = AsyncOpenAI(base_url=client.openai_base_url, api_key=client.api_key, max_retries=0)
+    oa = AsyncOpenAI(base_url=client.openai_base_url, api_key=client.api_key, max_retries=0,
+                     http_client=DefaultAsyncHttpxClient(verify=_TLS))
     try:
         return await run(oa, client.model, task["messages"])
     finally:
