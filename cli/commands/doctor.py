@@ -1,6 +1,7 @@
 """``rlvr-actor doctor``: the run for real, briefly, on this machine's resources; one verdict.
 
-``plan``'s start-up checks first; then the config's preparation step (``up``'s), its rollout
+``plan``'s start-up checks first; then the config's preparation step (``up``'s, its SFT warm-up
+capped at ``--warmup-steps`` and the model kept for the next doctor: ``rlvr.cli.doctor.warmup``), its rollout
 engine, verifier pool and DeepSpeed learner on a few groups (``rlvr.cli.doctor.session``):
 log-prob agreement between the engine and the learner before and after a training step, the
 verifier's outcome mix with examples, zero-variance groups, tokens/s per part and the forecast
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import msgspec
 
+from rlvr.cli.doctor.warmup import DEFAULT_WARMUP_STEPS
+
 DESCRIPTION = ("A short live check of a config: generate a few groups with its engine, score them with its "
                "verifier, train a step, and report log-prob agreement (sampled-token difference, full-vocabulary "
                "KL, top-k overlap), the verifier's outcome mix, zero-variance groups, tokens/s and the forecast "
@@ -34,6 +37,7 @@ class Args(msgspec.Struct, frozen=True, kw_only=True):
     steps: int = 1
     positions: int = 256
     inject: str = ""
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
     report: str | None = None
     run_dir: str | None = None
 
@@ -41,12 +45,17 @@ class Args(msgspec.Struct, frozen=True, kw_only=True):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML config (default: the built-in example)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key, as for `up`")
-    p.add_argument("--minutes", type=float, default=3.0, help="deadline of the live part (default 3)")
+    p.add_argument("--minutes", type=float, default=3.0, help="deadline of the live part, after the preparation (default 3)")
     p.add_argument("--groups", type=int, default=4, help="groups to generate and score (default 4)")
     p.add_argument("--steps", type=int, default=1, help="training steps before the second agreement check (default 1)")
     p.add_argument("--positions", type=int, default=256, help="sampled positions compared (default 256)")
     p.add_argument("--inject", default="", help='show a mismatch on purpose: "temperature=0.7" (rollout side only) '
                                                 'or "no-reload" (the trained weights never reach the rollout)')
+    p.add_argument("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS,
+                   help=f"cap the preparation's SFT warm-up at this many steps, for the doctor only (default "
+                        f"{DEFAULT_WARMUP_STEPS}; 0: the "
+                        "config's own warm-up); the prepared model is kept under <up.runs_dir>/doctor-prepared/ for "
+                        "the next doctor on the same config")
     p.add_argument("--report", help="where to write the JSON report (default: <run dir>/doctor.json)")
     p.add_argument("--run-dir", help="keep the throwaway run here (default: a temporary folder, removed)")
 
@@ -57,6 +66,13 @@ def run(args: Args) -> int:
 
     if args.inject and not (args.inject == "no-reload" or args.inject.startswith("temperature=")):
         print(f"rlvr-actor doctor: --inject {args.inject!r}: expected temperature=X or no-reload", file=sys.stderr)
+        return 2
+    if args.minutes <= 0:
+        print(f"rlvr-actor doctor: --minutes {args.minutes:g}: expected a positive number", file=sys.stderr)
+        return 2
+    if args.warmup_steps < 0:
+        print(f"rlvr-actor doctor: --warmup-steps {args.warmup_steps}: expected 0 (the config's warm-up) or more",
+              file=sys.stderr)
         return 2
     path = args.config or builtin_config_path()
     try:
@@ -82,7 +98,8 @@ def run(args: Args) -> int:
 
 
 def _doctor(cfg, path, args: Args, run_dir: Path, report_path: Path, started: float) -> int:
-    from rlvr.cli.doctor.session import prepare, run_session
+    from rlvr.cli.doctor.session import run_session
+    from rlvr.cli.doctor.warmup import prepare
     from rlvr.cli.doctor.verdict import Verdict, decide, forecast
     from rlvr.cli.plan.checks import run_checks
 
@@ -98,11 +115,14 @@ def _doctor(cfg, path, args: Args, run_dir: Path, report_path: Path, started: fl
         return 1
     say("start-up checks passed (rlvr-actor plan for the whole list)")
     try:
-        cfg = prepare(cfg, run_dir, say)
+        cfg, prep = prepare(cfg, Path(cfg.up.runs_dir), args.warmup_steps, say)
+        if prep is not None:
+            say(f"model ready: {prep.line()}")
         result = run_session(cfg, groups=args.groups, steps=args.steps, positions=args.positions, inject=args.inject,
-                             deadline_s=max(10.0, args.minutes * 60 - (time.monotonic() - started)), say=say)
+                             deadline_s=args.minutes * 60, say=say)
     except TimeoutError:
-        verdict = Verdict(False, f"the live check did not finish within {args.minutes:g} minutes (--minutes): "
+        verdict = Verdict(False, f"the live check did not finish within {args.minutes:g} minutes (--minutes, after the "
+                          "preparation): "
                           "generation, scoring or the learner hangs or is far slower than the run can afford", [], [])
         _write(report_path, {"config": str(path), "verdict": msgspec.to_builtins(verdict)})
         _print(verdict, None, None)
@@ -112,12 +132,13 @@ def _doctor(cfg, path, args: Args, run_dir: Path, report_path: Path, started: fl
         _write(report_path, {"config": str(path), "verdict": msgspec.to_builtins(verdict)})
         _print(verdict, None, None)
         return 1
-    verdict = decide(cfg, result, [])
+    verdict = decide(cfg, result, [], prep)
     fc = forecast(cfg, result)
     _write(report_path, {"config": str(path), "seconds": round(time.monotonic() - started, 1),
+                         "preparation": None if prep is None else {**msgspec.to_builtins(prep), "capped": prep.capped},
                          "result": msgspec.to_builtins(result), "forecast": msgspec.to_builtins(fc),
                          "verdict": msgspec.to_builtins(verdict)})
-    _print(verdict, result, fc)
+    _print(verdict, result, fc, prep)
     say(f"report written to {report_path} ({time.monotonic() - started:.0f} s)")
     return 0 if verdict.go else 1
 
@@ -127,9 +148,11 @@ def _write(path: Path, doc: dict) -> None:
     path.write_text(json.dumps(doc, indent=2))
 
 
-def _print(verdict, result, fc) -> None:
+def _print(verdict, result, fc, prep=None) -> None:
     from rlvr.cli.doctor.session import _line
 
+    if prep is not None:
+        print(f"# preparation: {prep.line()}")
     if result is not None:
         print("# log-prob agreement (rollout engine vs learner, same tokens)")
         print(f"   version 0: {_line(result.agreement_before)}")

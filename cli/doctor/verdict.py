@@ -61,8 +61,11 @@ def forecast(cfg, result) -> Forecast:
     )
 
 
-def decide(cfg, result, failed_checks: list[str]) -> Verdict:
+def decide(cfg, result, failed_checks: list[str], prep=None) -> Verdict:
+    """``prep``: the doctor's ``warmup.Preparation`` (None: nothing was prepared). A warm-up the doctor
+    capped below its target makes flat rewards a warning: they are the capped model's, not the run's."""
     problems, warnings = [], []
+    capped = prep is not None and prep.capped
     problems += [f"start-up check failed: {c}" for c in failed_checks]
     e = cfg.learn.engine
     for label, a in (("at version 0", result.agreement_before), ("after the training step", result.agreement_after)):
@@ -88,10 +91,15 @@ def decide(cfg, result, failed_checks: list[str]) -> Verdict:
     elif failing:
         warnings.append(f"{failing} of {total} verdicts failed ({_mix(result.outcomes)})")
     if result.groups and result.zero_variance_groups >= alarms.flat_share * result.groups:
-        problems.append(
-            f"flat_reward: {result.zero_variance_groups} of {result.groups} groups had zero reward variance, so GRPO "
-            "has no signal; check the prompt asks for the format the verifier reads, and that the task is within "
-            "the model's reach")
+        flat = (f"flat_reward: {result.zero_variance_groups} of {result.groups} groups had zero reward variance, so "
+                "GRPO has no signal")
+        if capped:
+            warnings.append(f"{flat} on the doctor's capped warm-up ({prep.sft_steps} SFT steps, greedy pass@1 "
+                            f"{prep.sft_greedy_pass_at_1:.3f} of a {prep.target_pass_at_1:g} target): not the run's "
+                            "model; --warmup-steps 0 checks the config's own warm-up")
+        else:
+            problems.append(f"{flat}; check the prompt asks for the format the verifier reads, and that the task is "
+                            "within the model's reach")
     elif result.zero_variance_groups:
         share = result.zero_variance_groups / result.groups
         warnings.append(
@@ -99,6 +107,9 @@ def decide(cfg, result, failed_checks: list[str]) -> Verdict:
             + (f"dynamic sampling drops them, so the rollout generates ~{1 / max(1 - share, 1 / 16):.1f}x the groups "
                "it trains" if cfg.learn.dynamic_sampling else "they train with zero advantage (dynamic_sampling off)"))
     warnings += result.notes
+    if capped:
+        warnings.append(f"the warm-up was capped by the doctor: {prep.line()}; the outcome mix, zero-variance "
+                        "groups and forecast here are of that model")
     return Verdict(go=not problems, first_fix=problems[0] if problems else "", problems=problems, warnings=warnings)
 
 

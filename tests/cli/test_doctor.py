@@ -1,13 +1,16 @@
 """``rlvr-actor doctor``: log-prob agreement between the rollout engine and the learner, and the verdict.
 
-The comparison itself (``agreement.compare``) is checked on distributions built here; the live
-session runs the built-in example for real (its tiny model prepared once per module: HF engine,
-verifier pool, DeepSpeed on CPU), honest and with each injected mismatch.
+The comparison itself (``agreement.compare``) and the verdict are checked on values built here; the
+live session runs the built-in example for real (HF engine, verifier pool, DeepSpeed on CPU): its
+tiny model is prepared once per module, with the doctor's capped warm-up, into a runs dir that the
+CLI run then reuses (the cache); the CLI run is the honest one, and each injected mismatch has a
+session of its own. Small settings throughout: 3 to 6 groups, 128 positions, 25 SFT steps.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -46,46 +49,161 @@ def test_sampled_tokens_only_when_the_engine_gives_no_distribution():
     assert a.flagged and a.sampled_abs_diff_mean == pytest.approx(0.5, abs=1e-5)
 
 
+def _flat_result():
+    from rlvr.cli.doctor.session import SessionResult, Timing
+
+    return SessionResult(groups=4, samples=32, outcomes={"ok": 32}, examples=[], zero_variance_groups=4,
+                         agreement_before=None, agreement_after=None, steps_trained=0, reloaded=False,
+                         timing=Timing(), mean_prompt_tokens=6.0, mean_completion_tokens=3.0, notes=[])
+
+
+def _prep(cap: int, reached: bool = False):
+    from rlvr.cli.doctor.warmup import Preparation
+
+    return Preparation(model="m", sft_steps=cap or 250, sft_greedy_pass_at_1=0.2 if reached else 0.01,
+                       target_pass_at_1=0.2, config_max_steps=2000, cap=cap, reached_target=reached, reused=False,
+                       seconds=1.0)
+
+
+def test_flat_rewards_after_a_capped_warm_up_are_a_warning_that_says_so_not_the_verdict():
+    from rlvr.cli.commands.up import builtin_config_path
+    from rlvr.cli.doctor.verdict import decide
+    from rlvr.cli.run_config import load_config
+
+    cfg = load_config(builtin_config_path())
+    capped = decide(cfg, _flat_result(), [], _prep(25))
+    assert capped.go, capped
+    assert any("flat_reward" in w and "capped warm-up" in w for w in capped.warnings), capped.warnings
+    assert any("CAPPED by the doctor at 25 steps" in w for w in capped.warnings), capped.warnings
+    for prep in (None, _prep(0), _prep(25, reached=True)):  # the config's own warm-up, or the target reached
+        v = decide(cfg, _flat_result(), [], prep)
+        assert not v.go and v.first_fix.startswith("flat_reward"), (prep, v)
+        assert not any("capped" in w for w in v.warnings), v.warnings
+
+
+def test_the_cache_key_follows_what_the_preparation_reads_and_the_cap():
+    from rlvr.cli.commands.up import builtin_config_path, parse_sets
+    from rlvr.cli.doctor.warmup import cache_key
+    from rlvr.cli.run_config import load_config
+
+    cfg = load_config(builtin_config_path())
+    assert cache_key(cfg, 25) == cache_key(load_config(builtin_config_path()), 25)
+    assert cache_key(cfg, 25) != cache_key(cfg, 50)
+    for change in ("learn.prepare.hidden=64", "seed=1", "learn.dataset.max_operand=50", "learn.sampling.max_tokens=8"):
+        assert cache_key(load_config(builtin_config_path(), overrides=parse_sets([change])), 25) != cache_key(cfg, 25), change
+    # what the preparation does not read leaves the key alone
+    assert cache_key(load_config(builtin_config_path(), overrides=parse_sets(["learn.steps=7"])), 25) == cache_key(cfg, 25)
+
+
+def test_a_missing_model_folder_fails_naming_the_key_and_the_path(tmp_path, capsys):
+    from rlvr.cli.main import main
+
+    missing = tmp_path / "no-model-here"
+    report = tmp_path / "doctor.json"
+    config = Path(__file__).resolve().parents[2] / "examples" / "smollm2.toml"
+    rc = main(["doctor", "--config", str(config), "--set", f"rollout.engine.model={missing}",
+               "--set", f"learn.engine.model_path={missing}", "--report", str(report)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert f"FIX FIRST: start-up check failed: rollout.engine.model: {missing}" in out, out
+    assert "rollout.engine.model" in json.loads(report.read_text())["verdict"]["first_fix"]
+
+
+def test_a_negative_warm_up_cap_is_refused(capsys):
+    from rlvr.cli.main import main
+
+    assert main(["doctor", "--warmup-steps", "-1"]) == 2
+    assert "--warmup-steps -1" in capsys.readouterr().err
+
+
 # --- the live session on the built-in example ----------------------------------------------------------------
-# The warm-up is cut short (its first check, 25 SFT steps): the checks here are of the plumbing and the
-# agreement, which hold at any weights; the run's own doctor keeps the config's full warm-up.
-SHORT_SFT = ["learn.prepare.sft_max_steps=25", "learn.prepare.sft_batch=32"]
+# The warm-up is the doctor's, capped at 25 SFT steps on batches of 32 (the checks here are of the plumbing and
+# the agreement, which hold at any weights); the model is prepared once, into this module's runs dir.
+WARMUP = 25
+# The random verifier (p = 0.5): every group has reward variance but once in 128, so a step is always trained
+# and the after-step checks always run (the exact verifier after 25 SFT steps gives mostly flat groups).
+SMALL = ["learn.prepare.sft_batch=32", "learn.prepare.sft_check_prompts=50",
+         'learn.dataset.verifier={name="random",params={p=0.5}}']
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory):
+def runs_dir(tmp_path_factory: pytest.TempPathFactory):
+    return tmp_path_factory.mktemp("doctor-runs")
+
+
+@pytest.fixture(scope="module")
+def prepared(runs_dir):
     from rlvr.cli.commands.up import builtin_config_path, parse_sets
-    from rlvr.cli.doctor.session import prepare
+    from rlvr.cli.doctor.warmup import prepare
     from rlvr.cli.run_config import load_config
 
-    run_dir = tmp_path_factory.mktemp("doctor")
-    (run_dir / "logs").mkdir()
-    cfg = load_config(builtin_config_path(), overrides=parse_sets(SHORT_SFT))
-    return prepare(cfg, run_dir, say=lambda _text: None)
+    cfg = load_config(builtin_config_path(), overrides=parse_sets([*SMALL, f"up.runs_dir={runs_dir}"]))
+    return prepare(cfg, runs_dir, WARMUP, say=lambda _text: None)
 
 
-def _session(cfg, inject: str = "", groups: int = 3):
+@pytest.fixture(scope="module")
+def honest_cli(prepared, runs_dir, tmp_path_factory: pytest.TempPathFactory):
+    """``rlvr-actor doctor`` on the same settings, no injection: (exit code, what it printed, its JSON report)."""
+    import contextlib
+    import io
+
+    from rlvr.cli.main import main
+
+    out = tmp_path_factory.mktemp("doctor-cli")
+    sets = [a for kv in [*SMALL, f"up.runs_dir={runs_dir}"] for a in ("--set", kv)]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        rc = main(["doctor", *sets, "--warmup-steps", str(WARMUP), "--groups", "3", "--positions", "128",
+                   "--minutes", "8", "--report", str(out / "doctor.json"), "--run-dir", str(out / "run")])
+    return rc, printed.getvalue(), json.loads((out / "doctor.json").read_text())
+
+
+def _session(cfg, inject: str = "", groups: int = 3, steps: int = 1):
     from rlvr.cli.doctor.session import run_session
     from rlvr.cli.doctor.verdict import decide
 
-    result = run_session(cfg, groups=groups, steps=1, positions=128, inject=inject, deadline_s=240, say=lambda _t: None)
+    result = run_session(cfg, groups=groups, steps=steps, positions=128, inject=inject, deadline_s=240,
+                         say=lambda _t: None)
     return result, decide(cfg, result, [])
 
 
 @pytest.mark.slow
-def test_an_honest_run_agrees_within_threshold_before_and_after_a_step(prepared):
-    result, verdict = _session(prepared)
-    assert result.agreement_before is not None and not result.agreement_before.flagged, result.agreement_before
-    if result.steps_trained:  # a step needs one group with reward variance
-        assert result.reloaded
-        assert result.agreement_after is not None and not result.agreement_after.flagged, result.agreement_after
-    assert result.samples == 3 * prepared.learn.group_size and sum(result.outcomes.values()) == result.samples
-    assert not any("agree" in p for p in verdict.problems), verdict
+def test_an_honest_run_agrees_within_threshold_before_and_after_a_step(honest_cli):
+    _, _, doc = honest_cli
+    result, verdict = doc["result"], doc["verdict"]
+    assert result["agreement_before"] is not None and not result["agreement_before"]["flagged"], result
+    assert result["agreement_before"]["kl"] is not None  # the HF engine: the full-vocabulary comparison ran
+    assert result["steps_trained"] and result["reloaded"], result
+    assert result["agreement_after"] is not None and not result["agreement_after"]["flagged"], result
+    group_size = 8  # the built-in example's learn.group_size
+    assert result["samples"] == 3 * group_size and sum(result["outcomes"].values()) == result["samples"]
+    assert not any("agree" in p for p in verdict["problems"]), verdict
+
+
+@pytest.mark.slow
+def test_doctor_cli_writes_a_json_report_with_one_verdict(honest_cli):
+    rc, out, doc = honest_cli
+    assert set(doc) >= {"config", "preparation", "result", "forecast", "verdict"}
+    assert ("verdict: GO" in out) == doc["verdict"]["go"] == (rc == 0)
+    assert out.count("verdict: ") == 1
+    assert doc["forecast"]["rollout_tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_capped_warm_up_is_reported_and_its_model_reused_by_the_next_doctor(prepared, honest_cli):
+    _, prep = prepared
+    assert prep.cap == WARMUP and prep.sft_steps <= WARMUP and not prep.reused
+    _, out, doc = honest_cli
+    assert doc["preparation"]["reused"] and doc["preparation"]["model"] == prep.model
+    assert doc["preparation"]["capped"] == prep.capped
+    if prep.capped:  # 25 steps stay far below the 20% target: said in the report and the warnings
+        assert f"CAPPED by the doctor at {WARMUP} steps" in out, out
+        assert any("warm-up was capped" in w for w in doc["verdict"]["warnings"]), doc["verdict"]
 
 
 @pytest.mark.slow
 def test_a_temperature_on_the_rollout_side_only_is_flagged_with_its_cause(prepared):
-    result, verdict = _session(prepared, inject="temperature=0.5")
+    result, verdict = _session(prepared[0], inject="temperature=0.5", steps=0)
     assert result.agreement_before is not None and result.agreement_before.flagged
     assert not verdict.go
     assert "temperature" in verdict.first_fix, verdict.first_fix
@@ -93,23 +211,8 @@ def test_a_temperature_on_the_rollout_side_only_is_flagged_with_its_cause(prepar
 
 @pytest.mark.slow
 def test_weights_not_reloaded_after_a_step_are_flagged(prepared):
-    result, verdict = _session(prepared, inject="no-reload", groups=6)
-    if not result.steps_trained:
-        pytest.skip(f"no group of {result.groups} had reward variance: nothing trained, nothing to reload")
-    assert not result.reloaded
+    result, verdict = _session(prepared[0], inject="no-reload")
+    assert result.steps_trained and not result.reloaded
     assert result.agreement_before is not None and not result.agreement_before.flagged
     assert result.agreement_after is not None and result.agreement_after.flagged, result.agreement_after
     assert not verdict.go and "reload" in verdict.first_fix, verdict.first_fix
-
-
-@pytest.mark.slow
-def test_doctor_cli_writes_a_json_report_with_one_verdict(tmp_path, capsys):
-    from rlvr.cli.main import main
-
-    report = tmp_path / "doctor.json"
-    rc = main(["doctor", *(a for kv in SHORT_SFT for a in ("--set", kv)), "--groups", "2", "--positions", "64", "--report", str(report), "--run-dir", str(tmp_path / "run")])
-    out = capsys.readouterr().out
-    doc = json.loads(report.read_text())
-    assert set(doc) >= {"config", "result", "forecast", "verdict"}
-    assert ("verdict: GO" in out) == doc["verdict"]["go"] == (rc == 0)
-    assert doc["forecast"]["rollout_tokens_per_s"] > 0
