@@ -3,7 +3,11 @@ role, the learner killed before its first checkpoint and between learner.json an
 ``latest``, nats-server killed and restarted, a second learner, consumers deleted, the
 JetStream store full, the checkpoint disk full, a retention gap) and poison on every
 consumed subject, against a real skeleton, in under 10 minutes; every published sample is
-trained or dropped exactly once and no invariant is broken.
+trained or dropped exactly once and no invariant is broken. Its agents scenario
+(bench/chaos/agent_scenario.py) plays agent episodes on the real ``openai`` client through a
+replica's endpoint, the agent SIGKILLed mid-request and its replica SIGKILLed under running agents
+(every agent kind is in the full run): the failed episode is dropped with a counted reason, never
+trained, and no agent process is left.
 
 The runner is the test: it starts real nats-server and role processes, checks the
 invariants after every fault and at the end, and writes the report read here.
@@ -38,5 +42,10 @@ def test_quick_chaos_run_holds_every_invariant(tmp_path):
     assert r["samples_trained"] > 0 and r["samples_published"] > 0
     assert r["poison_messages"] >= 20 and r["poison_dead_lettered"] > 0
     assert r["violations"] == [], "\n".join(r["violations"])
+    assert {"agent:sigkill_mid_request", "agent:sigkill_rollout"} <= set(r["faults_by_kind"]), r["faults_by_kind"]
+    agents = next(s for s in r["scenarios"] if s["scenario"] == "agents")
+    assert agents["agent_episode_ends"]["done"] > 0, agents["agent_episode_ends"]
+    fates = agents["faulted_episodes"]
+    assert len(fates) == 1 and all(f not in ("trained", "unsettled") for f in fates.values()), fates
     assert r["wall_s"] < 600, r["wall_s"]
     assert proc.returncode == 0

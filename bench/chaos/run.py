@@ -5,6 +5,7 @@ checks the invariants after it, and the JSON report.
     python -m bench.chaos                    # the full run: >= 100 faults, >= 60 poison messages
     python -m bench.chaos --seed 7 --report bench/results/chaos_full.json
     python -m bench.chaos --soak --minutes 60   # the built-in example, light faults, a leak check (soak.py)
+    python -m bench.chaos --quick --scenarios agents   # agent episodes under faults alone (agent_scenario.py)
 
 After every fault: the committed ledger floor must pass where it was before
 the fault (``progress_s``; the longest is the report's ``longest_stall``),
@@ -171,6 +172,12 @@ def _cluster(*a):
     return run_cluster_scenario(*a)
 
 
+def _agents(*a):
+    from bench.chaos.agent_scenario import run_agent_scenario
+
+    return run_agent_scenario(*a)
+
+
 def _engine(*a):
     from bench.chaos.engine import run_engine_scenario
 
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--work-dir", help="keep run directories and logs here (default: a temporary directory)")
-    p.add_argument("--scenarios", default="", help="comma-separated subset: main,main2,cluster,engine")
+    p.add_argument("--scenarios", default="", help="comma-separated subset: main,main2,cluster,engine,agents")
     p.add_argument("--only", default="", help="comma-separated fault label prefixes (debugging a fault)")
     p.add_argument("--soak", action="store_true",
                    help="the soak (bench/chaos/soak.py): the built-in example under `up` with light faults, every "
@@ -266,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         # A server store or checkpoint left by another run would be read as this run's.
         p.error(f"--work-dir {work} is not empty")
     wanted = set(filter(None, args.scenarios.split(","))) or (
-        {"main"} if args.quick else {"main", "main2", "engine", "cluster"})
+        {"main", "agents"} if args.quick else {"main", "main2", "engine", "cluster", "agents"})
     # SIGTERM (a CI timeout, kill): unwind, so every process, mount and namespace is cleaned up.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     only = [o for o in args.only.split(",") if o]
@@ -277,8 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         "main2": lambda: run_main_scenario(work / "main2", "chaos2", args.seed + 1, args.quick, only),
         "cluster": lambda: _cluster(work / "cluster", "chaos3", args.seed + 2, args.quick),
         "engine": lambda: _engine(work / "engine", "chaos4", args.seed + 3, args.quick),
+        "agents": lambda: _agents(work / "agents", "chaos5", args.seed + 4, args.quick, only),
     }
-    for name in ("main", "main2", "cluster", "engine"):
+    for name in ("main", "main2", "cluster", "engine", "agents"):
         if name not in wanted:
             continue
         try:

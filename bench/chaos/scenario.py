@@ -62,6 +62,7 @@ class Scenario:
         self.out = out_dir or root / "learner-out"
         self.bus = {**BUS, **(bus or {})}
         self.learn_extra = learn or {}
+        self.rollouts = ["rollout-0"]  # a scenario with more replicas (agent_scenario.py) lists them here
         self.urls = ",".join(s.url for s in servers)
         self.sk = Skeleton(root, run, self.urls, netns=netns)
         self.verifiers = [f"verify-{i}" for i in range(verify_replicas)]
@@ -79,7 +80,8 @@ class Scenario:
         self._sampler: threading.Thread | None = None
 
     # --- configs -------------------------------------------------------------------
-    def config(self, name: str, *, learn: dict | None = None, bus: dict | None = None) -> Path:
+    def config(self, name: str, *, learn: dict | None = None, bus: dict | None = None,
+               rollout: dict | None = None) -> Path:
         cfg = {
             "run": self.run, "seed": self.seed, "bus": {**self.bus, **(bus or {})},
             "observability": {"log_format": "json"},
@@ -91,14 +93,19 @@ class Scenario:
                                   "env": {"name": EPISODES, "max_turns": 4}},
                       **self.learn_extra, **(learn or {})},
             "rollout": {"engine": {"kind": "trivial", "accuracy": 0.5}, "max_inflight_tasks": 4,
-                        "in_progress_every_s": 0.5, "environments": [EPISODES], "env_timeout_s": 10.0},
+                        "in_progress_every_s": 0.5, "environments": [EPISODES], "env_timeout_s": 10.0,
+                        **(rollout or {})},
             "verify": {"pool_size": 1, "warm_verifiers": [], "concurrency": 4},
         }
         return self.sk.write_config(name, cfg)
 
     @property
     def replicas(self) -> list[str]:
-        return ["learn-0", "rollout-0", *self.verifiers]
+        return ["learn-0", *self.rollouts, *self.verifiers]
+
+    def rollout_config(self, replica: str) -> Path:
+        """The config a rollout replica starts with (every one the same here)."""
+        return self.config("roles")
 
     # --- start ---------------------------------------------------------------------
     def start_learner(self, *, config: Path | None = None, wait: bool = True) -> None:
@@ -112,10 +119,11 @@ class Scenario:
         self.obs = Observer(self.urls, self.run)
         self.start_learner(config=learner_config)
         cfg = self.config("roles")
-        self.sk.start("rollout", "rollout-0", cfg)
+        for r in self.rollouts:
+            self.sk.start("rollout", r, self.rollout_config(r))
         for v in self.verifiers:
             self.sk.start("verify", v, cfg)
-        for r in ["rollout-0", *self.verifiers]:
+        for r in [*self.rollouts, *self.verifiers]:
             self.wait_running(r, timeout_s=180)
 
     def wait_running(self, replica: str, timeout_s: float, after: float | None = None) -> bool:
@@ -232,9 +240,9 @@ class Scenario:
             time.sleep(0.3)
         else:
             self.violations.append("TASKS/ROLLOUTS did not drain within the deadline after the learner stopped")
-        for r in ["rollout-0", *self.verifiers]:
+        for r in [*self.rollouts, *self.verifiers]:
             sk.signal(r, signal.SIGTERM)
-        for r in ["rollout-0", *self.verifiers]:
+        for r in [*self.rollouts, *self.verifiers]:
             rc = sk.wait_exit(r, 60)
             out[f"{r}_stop_rc"] = rc
             if rc != 0:
