@@ -40,8 +40,9 @@ class UpConfig(Struct, frozen=True, forbid_unknown_fields=True):
     verify_replicas: Annotated[int, Meta(ge=0)] = 2
     # Threads per child process (OMP_NUM_THREADS); 0 leaves the environment alone.
     threads_per_process: Annotated[int, Meta(ge=0)] = 1
-    # Threads for the learner process alone (0 = threads_per_process): on a
-    # small machine the optimizer step is the one job worth a second core.
+    # Threads for the learner process alone (0 = threads_per_process). On 2 cores keep 1: the
+    # rollout generates the next batch while the learner trains, and a second OpenMP thread
+    # beside it made the steps 1.7-4x slower (bench/results/learner_threads.md).
     learner_threads: Annotated[int, Meta(ge=0)] = 0
     # Seconds to wait for children to exit after Ctrl-C before killing them.
     stop_timeout_s: Seconds = 15.0
