@@ -23,13 +23,20 @@ for good: a task whose group has not completed or been dropped within
 covers a task whose samples will never come, such as a task id republished
 after a restart (``counters["republished_duplicate"]``, JetStream drops the
 copy) whose first copy's samples were already consumed.
+
+After a restart the learner replays SCORED while the feeder republishes, so a
+task's group can complete before the feeder has published the task again:
+such a completion is remembered (``_done_early``, the last ``DONE_EARLY``
+ids) and the republished task takes no slot (``counters["done_before_issued"]``).
+Before, its slot was held until ``task_timeout_s`` (240 s in a test run, 20
+minutes at the defaults) while nothing was left to come.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from typing import Any
 
 import anyio
@@ -42,6 +49,8 @@ from rlvr.learner.data.datasets import TaskSpec
 from rlvr.protocol import SamplingParams, Task
 
 log = get_logger("rlvr.feeder")
+
+DONE_EARLY = 4096  # completions of tasks not (yet) outstanding, remembered
 
 
 class Feeder:
@@ -73,7 +82,9 @@ class Feeder:
         self.publish_backoff_max_s = publish_backoff_max_s
         # Task id -> monotonic time it was published; its slot is held until done or expired.
         self.outstanding: dict[str, float] = {}
-        self.counters: Counter[str] = Counter({"publish_retry": 0, "task_expired": 0, "republished_duplicate": 0})
+        self.counters: Counter[str] = Counter({"publish_retry": 0, "task_expired": 0, "republished_duplicate": 0,
+                                               "done_before_issued": 0})
+        self._done_early: OrderedDict[str, None] = OrderedDict()
         self.policy_version = 0
         self.paused = False
         self._changed = anyio.Event()
@@ -96,8 +107,12 @@ class Feeder:
         return f"{self.bus.names.run}-t{k}"
 
     def done(self, task_id: str, rewards: list[float] | None = None, index: int | None = None) -> None:
-        """A group completed or was dropped: its slot frees up."""
-        self.outstanding.pop(task_id, None)
+        """A group completed or was dropped: its slot frees up (or, not published yet in this process, it
+        will take none)."""
+        if self.outstanding.pop(task_id, None) is None:
+            self._done_early[task_id] = None
+            while len(self._done_early) > DONE_EARLY:
+                self._done_early.popitem(last=False)
         if rewards and index is not None:
             self.pass_rate[index].append(sum(r > 0 for r in rewards) / len(rewards))
         self._wake()
@@ -138,7 +153,11 @@ class Feeder:
             policy_version=self.policy_version,
         )
         await self._publish_with_retry(task)
-        self.outstanding[task.task_id] = time.monotonic()
+        if task.task_id in self._done_early:  # its group was replayed and completed already
+            del self._done_early[task.task_id]
+            self.counters["done_before_issued"] += 1
+        else:
+            self.outstanding[task.task_id] = time.monotonic()
         self.issued = k + 1
         return task
 

@@ -130,6 +130,26 @@ def test_republished_duplicates_after_a_restart_are_counted_and_their_slots_expi
     assert [t.task_id for t in BusClient(nats_server.url, "f").decoded("TASKS", Task)] == [f"f-t{k}" for k in range(4)]
 
 
+def test_a_group_completed_before_its_task_is_republished_takes_no_slot(nats_server):
+    async def main():
+        bus = await Bus.connect(NatsConfig(url=nats_server.url), BusConfig(), RunNames("f"), "t")
+        await bus.ensure_topology()
+        first = Feeder(bus, SPLITS.train, group_size=4, sampling=SamplingParams(), max_inflight=2, seed=7)
+        await first.publish_one()
+        # A restart with no checkpoint: the replay of SCORED completes f-t0's group before the feeder
+        # publishes f-t0 again (a duplicate JetStream drops): nothing is left to come for it.
+        again = Feeder(bus, SPLITS.train, group_size=4, sampling=SamplingParams(), max_inflight=2, seed=7)
+        again.done("f-t0", [1.0, 0.0, 0.0, 0.0], 0)
+        await again.publish_one()
+        await again.publish_one()
+        await bus.close()
+        return again
+
+    f = anyio.run(main)
+    assert list(f.outstanding) == ["f-t1"], f.outstanding
+    assert f.counters["done_before_issued"] == 1 and f.counters["republished_duplicate"] == 1
+
+
 def test_expire_frees_only_tasks_older_than_the_timeout():
     f = _feeder(task_timeout_s=10.0)
     f.outstanding = {"f-t0": 100.0, "f-t1": 105.0}
