@@ -7,5 +7,4 @@ bash scripts/bootstrap.sh
 # oversubscribed BLAS makes timings swing 10x.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/rlvr/torch_extensions}"
 exec .venv/bin/python -m pytest -q -rs --durations=25 "$@"

@@ -81,17 +81,21 @@ def ensure_dist_env() -> None:
 
     DeepSpeed (0.19) wants RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
     MASTER_PORT even with one process; without them it tries MPI discovery.
-    Its launcher sets them for multi-process runs. Compiled ops (the CPU
-    accelerator's shared-memory comm op, built at the first init) are cached
-    in TORCH_EXTENSIONS_DIR, so it only builds once per machine.
+    Its launcher sets them for multi-process runs. The compiled op (the CPU
+    accelerator's shared-memory comm op) is built once per machine and Python
+    environment in TORCH_EXTENSIONS_DIR and loaded here, under an OS lock
+    that a killed process cannot leave behind (``compiled_ops``).
     """
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "rlvr" / "torch_extensions"))
+    from rlvr.learner.train.compiled_ops import extensions_dir, load_compiled_ops
+
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
     for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     if "MASTER_PORT" not in os.environ:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    load_compiled_ops()
 
 
 def lr_factor(step: int, schedule: Schedule) -> float:
