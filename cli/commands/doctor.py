@@ -33,7 +33,7 @@ class Args(msgspec.Struct, frozen=True, kw_only=True):
     config: str | None = None
     set: list[str] = []
     minutes: float = 3.0
-    groups: int = 4
+    groups: int = 8
     steps: int = 1
     positions: int = 256
     inject: str = ""
@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML config (default: the built-in example)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key, as for `up`")
     p.add_argument("--minutes", type=float, default=3.0, help="deadline of the live part, after the preparation (default 3)")
-    p.add_argument("--groups", type=int, default=4, help="groups to generate and score (default 4)")
+    p.add_argument("--groups", type=int, default=8, help="groups to generate and score (default 8: with fewer "
+                   "samples than 64, flat rewards are a warning)")
     p.add_argument("--steps", type=int, default=1, help="training steps before the second agreement check (default 1)")
     p.add_argument("--positions", type=int, default=256, help="sampled positions compared (default 256)")
     p.add_argument("--inject", default="", help='show a mismatch on purpose: "temperature=0.7" (rollout side only) '

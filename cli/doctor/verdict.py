@@ -13,6 +13,11 @@ import msgspec
 from rlvr.cli.doctor.agreement import likely_causes
 from rlvr.learner.watch.alarms import FAILING, AlarmConfig
 
+# Flat rewards in fewer samples than this are a warning, not what to fix first: with none right in
+# n samples the pass rate is only known to be below about 3/n (the rule of three), and a task whose
+# pass rate is a few percent does learn (examples/smollm2.toml starts there).
+FLAT_EVIDENCE_SAMPLES = 64
+
 
 class Forecast(msgspec.Struct, frozen=True):
     rollout_tokens_per_s: float
@@ -97,6 +102,12 @@ def decide(cfg, result, failed_checks: list[str], prep=None) -> Verdict:
             warnings.append(f"{flat} on the doctor's capped warm-up ({prep.sft_steps} SFT steps, greedy pass@1 "
                             f"{prep.sft_greedy_pass_at_1:.3f} of a {prep.target_pass_at_1:g} target): not the run's "
                             "model; --warmup-steps 0 checks the config's own warm-up")
+        elif result.samples < FLAT_EVIDENCE_SAMPLES:
+            right = result.outcomes.get("ok", 0)
+            need = -(-FLAT_EVIDENCE_SAMPLES // max(1, result.samples // max(1, result.groups)))
+            warnings.append(f"{flat} in only {result.samples} samples ({right} right): too few to tell a task out of "
+                            f"reach from a rare success (none right in {result.samples} bounds the pass rate below "
+                            f"about {3 / result.samples:.0%}); --groups {need} or more decides it")
         else:
             problems.append(f"{flat}; check the prompt asks for the format the verifier reads, and that the task is "
                             "within the model's reach")

@@ -49,10 +49,11 @@ def test_sampled_tokens_only_when_the_engine_gives_no_distribution():
     assert a.flagged and a.sampled_abs_diff_mean == pytest.approx(0.5, abs=1e-5)
 
 
-def _flat_result():
+def _flat_result(groups: int = 8):
     from rlvr.cli.doctor.session import SessionResult, Timing
 
-    return SessionResult(groups=4, samples=32, outcomes={"ok": 32}, examples=[], zero_variance_groups=4,
+    return SessionResult(groups=groups, samples=8 * groups, outcomes={"ok": 8 * groups}, examples=[],
+                         zero_variance_groups=groups,
                          agreement_before=None, agreement_after=None, steps_trained=0, reloaded=False,
                          timing=Timing(), mean_prompt_tokens=6.0, mean_completion_tokens=3.0, notes=[])
 
@@ -79,6 +80,16 @@ def test_flat_rewards_after_a_capped_warm_up_are_a_warning_that_says_so_not_the_
         v = decide(cfg, _flat_result(), [], prep)
         assert not v.go and v.first_fix.startswith("flat_reward"), (prep, v)
         assert not any("capped" in w for w in v.warnings), v.warnings
+
+
+def test_flat_rewards_in_too_few_samples_are_a_warning_that_says_how_many_groups_decide_it():
+    from rlvr.cli.commands.up import builtin_config_path
+    from rlvr.cli.doctor.verdict import decide
+    from rlvr.cli.run_config import load_config
+
+    v = decide(load_config(builtin_config_path()), _flat_result(groups=4), [], None)
+    assert v.go, v
+    assert any("flat_reward" in w and "in only 32 samples" in w and "--groups 8" in w for w in v.warnings), v.warnings
 
 
 def test_the_cache_key_follows_what_the_preparation_reads_and_the_cap():
