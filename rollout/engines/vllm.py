@@ -349,9 +349,21 @@ class VLLMEngine:
 
 
 def _save_state(state: dict[str, Any], directory: pathlib.Path) -> None:
+    """``state`` as one safetensors file. A tied model's head and embeddings are one tensor in memory,
+    which safetensors refuses to write twice ("Some tensors share memory"): the second name gets a copy.
+    (SmolLM2's and Qwen2.5-0.5B's are tied: a reload of either through here failed.)"""
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, directory / "model.safetensors")
+    seen: set[int] = set()
+    tensors = {}
+    for name, value in state.items():
+        t = value.detach().cpu().contiguous()
+        storage = t.untyped_storage().data_ptr()
+        if storage in seen:
+            t = t.clone()
+        seen.add(storage)
+        tensors[name] = t
+    save_file(tensors, directory / "model.safetensors")
 
 
 __all__ = ["VLLMEngine", "set_vllm_env"]

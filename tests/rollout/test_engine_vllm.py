@@ -69,3 +69,18 @@ def test_tensors_received_in_memory_serve_as_the_same_folder_would(loop, vllm_en
     result = loop.run(vllm_engine.generate("3+4=", 2, SamplingParams(max_tokens=8, seed=5)))
     assert reference.max_diff(weight_dirs["perturbed"], result, 1.0) <= TOL
     assert reference.max_diff(weight_dirs["base"], result, 1.0) > TOL  # not the old weights
+
+
+def test_a_tied_head_received_as_one_tensor_with_the_embeddings_is_served(loop, vllm_engine, weight_dirs, versions,
+                                                                           reference):
+    """A tied model's state dict as the learner holds it (``full_state_dict``): ``lm_head.weight`` is the
+    embeddings' own tensor. safetensors refuses to write one tensor under two names; the reload must not."""
+    from safetensors.torch import load_file
+
+    state = load_file(weight_dirs["perturbed"] / "model.safetensors")
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]  # shared memory, not a copy
+    v = next(versions)
+    loop.run(vllm_engine.load_state_dict(state, v))
+    assert vllm_engine.weights_version == v
+    result = loop.run(vllm_engine.generate("3+4=", 2, SamplingParams(max_tokens=8, seed=5)))
+    assert reference.max_diff(weight_dirs["perturbed"], result, 1.0) <= TOL
