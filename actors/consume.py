@@ -90,6 +90,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import NotFoundError
 
+from rlvr.actors.error_text import error_text  # noqa: F401 - re-exported
 from rlvr.actors.admission import DEAD_KINDS, Admission, MessageRefused, MessageRepublished
 from rlvr.actors.bus import Bus
 from rlvr.actors.bus_faults import is_transient_bus_fault
@@ -590,23 +591,6 @@ class Consumer(Generic[T]):
     async def _dead(self, msg: Msg, kind: str, reason: str, error_type: str) -> None:
         await dead_letter_and_term(self.bus, self.stage, msg, kind, reason, error_type, self.stats.counters,
                                    backoff_max_s=self._backoff_max_s)
-
-
-def error_text(e: BaseException) -> str:
-    """``Type: message`` of what really failed: a task group's ``ExceptionGroup`` ("unhandled
-    errors in a TaskGroup (4 sub-exceptions)") is replaced by its distinct causes, with counts."""
-    if not isinstance(e, BaseExceptionGroup):
-        return f"{type(e).__name__}: {e}"
-    causes: dict[str, int] = {}
-    stack: list[BaseException] = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, BaseExceptionGroup):
-            stack.extend(x.exceptions)
-        else:
-            text = f"{type(x).__name__}: {x}"[:500]
-            causes[text] = causes.get(text, 0) + 1
-    return "; ".join(f"{t}" + (f" (x{n})" if n > 1 else "") for t, n in causes.items())
 
 
 __all__ = [

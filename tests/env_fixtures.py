@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 
 from msgspec import Struct
@@ -52,6 +53,9 @@ class HangsEnv(QuizEnv):
         await asyncio.sleep(3600)
 
 
+_NEVER = threading.Event()  # never set: what a hung tool waits on
+
+
 class ForksAndHangsParams(Struct, frozen=True):
     pid_dir: str = ""
     questions: int = 3
@@ -72,7 +76,7 @@ class ForksAndHangsEnv(QuizEnv):
                  "[open(os.path.join(sys.argv[1], str(p)), 'w').close() for p in (os.getpid(), g.pid)]; "
                  "time.sleep(300)")
         subprocess.Popen([sys.executable, "-c", child, self.params.pid_dir])
-        time.sleep(4)  # blocks the thread past env_timeout_s: the rollout gives up on it
+        _NEVER.wait(4)  # blocks the thread past env_timeout_s, never yielding: the rollout gives up on it
         return StepResult(reward=0.0, done=True)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import msgspec
 
+from rlvr.actors.error_text import error_text
 from rlvr.cli.doctor.warmup import DEFAULT_WARMUP_STEPS
 
 DESCRIPTION = ("A short live check of a config: generate a few groups with its engine, score them with its "
@@ -129,7 +130,7 @@ def _doctor(cfg, path, args: Args, run_dir: Path, report_path: Path, started: fl
         _print(verdict, None, None)
         return 1
     except Exception as e:  # noqa: BLE001 - the preparation, an engine or the learner failed: that is the finding
-        verdict = Verdict(False, f"the run fails at start: {type(e).__name__}: {e}", [], [])
+        verdict = Verdict(False, f"the run fails at start: {error_text(e)}", [], [])
         _write(report_path, {"config": str(path), "verdict": msgspec.to_builtins(verdict)})
         _print(verdict, None, None)
         return 1

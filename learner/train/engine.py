@@ -40,10 +40,8 @@ import math
 import os
 import random
 import shutil
-import socket
 import time
 from collections import Counter
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -54,9 +52,11 @@ from rlvr.actors.logs import get_logger
 from rlvr.learner.algos.gae import gae_advantages_returns, token_level_rewards
 from rlvr.learner.algos.policy_loss import LossInputs, policy_loss
 from rlvr.learner.algos.value_loss import value_loss
+from rlvr.learner.train.engine_setup import _all_sum, _Gae, _Metrics, deepspeed_config, ensure_dist_env  # noqa: F401
+from rlvr.learner.train.engine_setup import lr_factor, rng_states, set_rng_states  # noqa: F401
 from rlvr.learner.train.critic import attach_value_head, param_groups, uses_critic, value_head, without_critic
 from rlvr.learner.train.batching import MicroBatch, TrainBatchItem, micro_batches, sft_items
-from rlvr.learner.engine_config import ConstantSchedule, CosineSchedule, TrainEngineConfig, Schedule
+from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.learner.train.flops import sequence_throughput_metrics
 from rlvr.learner.train.lora import base_load_kwargs, merged_state_dict, trainable_parameters, with_lora, write_adapter
 from rlvr.learner.weights.state_dict import EXPORT_DTYPES, with_tied_head, write_safetensors
@@ -74,119 +74,6 @@ class CheckpointLoadError(RuntimeError):
 
 class PackingUnsupportedError(ValueError):
     """``pack_sequences`` is on but the model lets packed samples see each other."""
-
-
-def ensure_dist_env() -> None:
-    """Single-process defaults for what torch.distributed's env:// init needs.
-
-    DeepSpeed (0.19) wants RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-    MASTER_PORT even with one process; without them it tries MPI discovery.
-    Its launcher sets them for multi-process runs. The compiled op (the CPU
-    accelerator's shared-memory comm op) is built once per machine and Python
-    environment in TORCH_EXTENSIONS_DIR and loaded here, under an OS lock
-    that a killed process cannot leave behind (``compiled_ops``).
-    """
-    from rlvr.learner.train.compiled_ops import extensions_dir, load_compiled_ops
-
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
-    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1")):
-        os.environ.setdefault(key, value)
-    if "MASTER_PORT" not in os.environ:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-    load_compiled_ops()
-
-
-def lr_factor(step: int, schedule: Schedule) -> float:
-    """LR multiplier for optimizer step ``step`` (0-based): linear warm-up to 1,
-    then constant or cosine decay to ``min_lr_ratio``."""
-    if step < schedule.warmup_steps:
-        return (step + 1) / schedule.warmup_steps
-    if isinstance(schedule, ConstantSchedule):
-        return 1.0
-    assert isinstance(schedule, CosineSchedule)
-    progress = min(1.0, (step - schedule.warmup_steps) / max(1, schedule.total_steps - schedule.warmup_steps))
-    return schedule.min_lr_ratio + (1 - schedule.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def deepspeed_config(cfg: TrainEngineConfig) -> dict:
-    """The DeepSpeed JSON config. Gradient accumulation is unmanaged: the
-    engine decides how many micro-batches a step has, and each ``step()``
-    call is the accumulation boundary."""
-    zero: dict = {"stage": cfg.zero_stage}
-    if cfg.zero_stage == 3:
-        zero["stage3_gather_16bit_weights_on_model_save"] = True
-    if cfg.offload_optimizer and cfg.zero_stage >= 1:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
-    return {
-        "train_micro_batch_size_per_gpu": 1,  # nominal: micro-batches are packed by tokens
-        "gradient_accumulation_steps": 1,
-        "managed_gradient_accumulation": False,
-        "zero_optimization": zero,
-        "bf16": {"enabled": cfg.bf16},
-        "gradient_clipping": cfg.grad_clip or 0.0,
-        "zero_allow_untested_optimizer": True,
-        "zero_force_ds_cpu_optimizer": False,  # keep torch.optim.AdamW when offloading
-        "steps_per_print": 1 << 62,
-        "wall_clock_breakdown": False,
-    }
-
-
-def rng_states() -> dict:
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-class _Metrics:
-    """Token-weighted means of per-micro-batch metrics; ``*_max`` keys take the max."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.tokens = 0.0
-
-    def add(self, metrics: dict[str, float]) -> None:
-        n = metrics.get("tokens", 0.0)
-        self.tokens += n
-        for key, value in metrics.items():
-            if key == "tokens":
-                continue
-            if key.endswith("_max"):
-                self.sums[key] = max(self.sums.get(key, -math.inf), value)
-            else:
-                self.sums[key] = self.sums.get(key, 0.0) + value * n
-
-    def result(self) -> dict[str, float]:
-        return {k: v if k.endswith("_max") else v / max(self.tokens, 1.0) for k, v in self.sums.items()}
-
-
-def _all_sum(t: torch.Tensor) -> torch.Tensor:
-    """``t`` summed over the data-parallel ranks, in place (itself on one rank)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1:
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
-    return t
-
-
-@dataclass(frozen=True)
-class _Gae:
-    """A PPO step's per-micro-batch tensors from the pass before the first epoch ([B, T-1] each)."""
-
-    old_logprobs: tuple[torch.Tensor, ...]
-    values: tuple[torch.Tensor, ...]  # V_old
-    advantages: tuple[torch.Tensor, ...]  # GAE, whitened when advantage.whiten
-    returns: tuple[torch.Tensor, ...]  # the value targets
-    metrics: dict[str, float]  # explained variance, value, return and raw advantage means
 
 
 class LearnerEngine:

@@ -95,7 +95,10 @@ def test_what_a_hung_step_started_is_killed_and_what_others_started_is_not(tmp_p
     try:
         # Started apart from the step's program: two starts within spawns.WINDOW_S are ambiguous, and
         # an ambiguous process is left alone (a wrong kill is worse than a leftover).
-        time.sleep(spawns.WINDOW_S[1] + 0.05)
+        from tests.conftest import wait_for
+
+        wait_for(lambda: spawns.now() - spawns._started(bystander.pid) > spawns.WINDOW_S[1], timeout_s=10,
+                 what="the bystander to be older than the attribution window")
         engine = TrivialEngine(TrivialEngineConfig(accuracy=1.0))
         r = _run(engine, _task("ForksAndHangsEnv", params={"pid_dir": str(tmp_path)}))
         assert r.episode.end_reason == "env_timeout", r.episode
