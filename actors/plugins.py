@@ -8,7 +8,11 @@ in its own type, so the message names the plug-in and why it failed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import signal
+import threading
+from collections.abc import Iterator
 
 
 class PluginImportError(ValueError):
@@ -26,3 +30,23 @@ def import_attr(path: str) -> object:
     if not hasattr(module, attr):
         raise PluginImportError(f"{path!r}: module {module_name!r} has no attribute {attr!r}")
     return getattr(module, attr)
+
+
+@contextlib.contextmanager
+def keep_signal_handlers(*signums: int) -> Iterator[None]:
+    """Run user code that may replace this process's signal handlers, and put ours back after it.
+
+    ``verifiers`` does: each ``vf.Environment`` it makes installs a SIGTERM handler that calls
+    ``exit(143)`` and a SIGINT one, over the role's own (the graceful stop: a rollout finishes or
+    naks what it holds, a learner checkpoints). On the main thread only (no other may set them)."""
+    signums = signums or (signal.SIGTERM, signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in signums}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            if handler is not None and signal.getsignal(s) is not handler:
+                signal.signal(s, handler)

@@ -30,6 +30,7 @@ from collections import Counter
 from typing import Any, Literal
 
 import msgspec
+import structlog
 
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import Completion, Episode, Task, Turn
@@ -41,6 +42,8 @@ from rlvr.rollout.envs.registry import get_environment
 from rlvr.rollout.envs.runner import EnvThread, EnvTimeoutError
 from rlvr.rollout.tools import ToolFormat, call_tool, parse_tool_calls
 from rlvr.rollout.transcript import Transcript
+
+log = structlog.get_logger()
 
 
 class EpisodeSettings(msgspec.Struct, frozen=True):
@@ -124,6 +127,9 @@ async def run_episode(engine: Any, task: Task, index: int, settings: EpisodeSett
             except _Ended:
                 pass  # the episode already has its outcome; a failing close is not a new one
         thread.stop()
+    if state.end in ENV_FAILURES:  # scored error, never trained: the replica's log says why (a server down ...)
+        log.warning("env_episode_ended", episode=f"{task.task_id}/{index}", environment=spec.name,
+                    reason=state.end, detail=state.detail[:300])
     return _result(task, transcript, state)
 
 

@@ -7,7 +7,9 @@ trained or dropped exactly once and no invariant is broken. Its agents scenario
 (bench/chaos/agent_scenario.py) plays agent episodes on the real ``openai`` client through a
 replica's endpoint, the agent SIGKILLed mid-request and its replica SIGKILLed under running agents
 (every agent kind is in the full run): the failed episode is dropped with a counted reason, never
-trained, and no agent process is left.
+trained, and no agent process is left. One fault of each other surface too, each scenario beside the
+main one (``--lanes 2``): the autoscaler SIGKILLed while it scales up, an OpenEnv server killed
+mid-episode, the learner SIGKILLed in a stage's rejection sampling, and the disk under nats-server full.
 
 The runner is the test: it starts real nats-server and role processes, checks the
 invariants after every fault and at the end, and writes the report read here.
@@ -43,6 +45,11 @@ def test_quick_chaos_run_holds_every_invariant(tmp_path):
     assert r["poison_messages"] >= 20 and r["poison_dead_lettered"] > 0
     assert r["violations"] == [], "\n".join(r["violations"])
     assert {"agent:sigkill_mid_request", "agent:sigkill_rollout"} <= set(r["faults_by_kind"]), r["faults_by_kind"]
+    surfaces = ("autoscale:", "openenv:", "verifiers:", "stages:")
+    if os.geteuid() == 0:  # the disks are tmpfs the runner mounts (root only; the report says when skipped)
+        surfaces += ("nats_store_disk_full", "checkpoint_disk_full")
+    missing = [p for p in surfaces if not any(k.startswith(p) for k in r["faults_by_kind"])]
+    assert not missing, (missing, r["faults_by_kind"])
     agents = next(s for s in r["scenarios"] if s["scenario"] == "agents")
     assert agents["agent_episode_ends"]["done"] > 0, agents["agent_episode_ends"]
     fates = agents["faulted_episodes"]

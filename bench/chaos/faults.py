@@ -313,24 +313,28 @@ def second_learner(sc: Scenario, rng) -> dict:
     return _result("second_learner", rc=rc, refused_naming_holder=named, holder_alive=sc.sk.roles["learn-0"].alive())
 
 
+def _fill_disk(filler: Path) -> int:
+    """Write zeros to ``filler`` until its file system refuses (ENOSPC), to the last few KiB. Bytes written.
+
+    Unbuffered (``os.write``): a buffered file would raise ENOSPC again when closed."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for block in (1 << 20, 4096):
+            try:
+                while True:
+                    os.write(fd, b"\0" * block)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler.stat().st_size
+
+
 def checkpoint_disk_full(sc: Scenario, rng) -> dict:
     """Fill the learner's out_dir (a small tmpfs the runner mounted) and free it after a while."""
     hold = round(rng.uniform(3.0, 8.0), 2)
     filler = sc.out / "chaos-filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * (1 << 20))
-                f.flush()
-        except OSError:
-            pass
-    try:
-        with open(filler, "ab") as f:  # the last few KiB too
-            while True:
-                f.write(b"\0" * 4096)
-                f.flush()
-    except OSError:
-        pass
+    _fill_disk(filler)
     time.sleep(hold)
     role = sc.sk.roles["learn-0"]
     rc = role.proc.returncode if not role.alive() else None
@@ -340,6 +344,38 @@ def checkpoint_disk_full(sc: Scenario, rng) -> dict:
         role.expect_exit = False
         sc.start_learner()
     return _result("checkpoint_disk_full", held_s=hold, learner_exit=rc, learner_error=err)
+
+
+def nats_store_disk_full(sc: Scenario, rng) -> dict:
+    """Fill the file system of the server's store directory (a tmpfs the runner mounted) to ENOSPC, hold, free.
+
+    Not the JetStream limit (``jetstream:store_full``): the disk under nats-server refuses its writes.
+    nats-server (>= 2.14, nats-io/nats-server#7788) then latches the error on each stream that failed a
+    write: the stream takes no more writes (publishes get no ack) and ``/healthz`` answers 503 naming it
+    until the server restarts, even after the space is freed. So the runner does what the shipped
+    deployments do (ops/k8s/nats.yaml's livenessProbe on /healthz): once the space is free, a server
+    whose /healthz still fails for a write error is restarted. The roles must ride it out on their own.
+    """
+    srv = sc.servers[0]
+    hold = round(rng.uniform(3.0, 6.0), 2)
+    filler = srv.store / "chaos-filler"
+    filled = _fill_disk(filler)
+    time.sleep(hold)
+    health_full = srv.healthz() if srv.monitor_port else (None, "")
+    filler.unlink()
+    restarted = ""
+    if not srv.alive():  # a finding: the server died of a full disk; restarted as a supervisor would
+        sc.violations.append(f"nats-server exited when its store's disk was full (see {srv.log})")
+        srv.start()
+        restarted = "exited"
+    elif srv.monitor_port:
+        status, body = srv.healthz()
+        if status != 200 and "write error" in body:  # the liveness probe's verdict
+            srv.kill(signal.SIGTERM)
+            srv.start()
+            restarted = f"liveness: {body[:160]}"
+    return _result("nats_store_disk_full", filled_mib=round(filled / (1 << 20), 1), held_s=hold,
+                   healthz_while_full=health_full[0], restarted=restarted)
 
 
 def retention_gap(sc: Scenario, rng) -> dict:

@@ -1,8 +1,8 @@
 """The chaos runner: plans of seeded faults, the loop that injects each one and
 checks the invariants after it, and the JSON report.
 
-    python -m bench.chaos --quick            # >= 25 faults, CI (tests/test_chaos.py)
-    python -m bench.chaos                    # the full run: >= 100 faults, >= 60 poison messages
+    python -m bench.chaos --quick            # >= 25 faults, one of each surface, CI (tests/test_chaos.py)
+    python -m bench.chaos --lanes 3          # the full run: >= 300 faults of >= 40 kinds, 3 scenarios at a time
     python -m bench.chaos --seed 7 --report bench/results/chaos_full.json
     python -m bench.chaos --soak --minutes 60   # the built-in example, light faults, a leak check (soak.py)
     python -m bench.chaos --quick --scenarios agents   # agent episodes under faults alone (agent_scenario.py)
@@ -40,6 +40,7 @@ from bench.chaos.scenario import Scenario
 from bench.chaos.skeleton import Server
 
 STALL_LIMIT_S = 150.0
+SCENARIOS = ("main", "main2", "main3", "cluster", "engine", "agents", "autoscale", "envs", "stages")
 
 
 def _server_conf(path: Path, max_file_store_mib: int) -> Path:
@@ -69,17 +70,17 @@ def main_plan(rng: random.Random, quick: bool, catalogue: dict, disk_full: bool)
     for subject in ("tasks", "rollouts", "scored", "weights"):
         cases = pick(subject, 4 if quick and subject == "weights" else poison_n)
         plan.append((f"poison:{subject}", lambda sc, r, s=subject, c=cases: P.inject(sc, r, s, c)))
-    reps = 1 if quick else 1
+    reps = 1 if quick else 2
     stops = [("learn-0", f) for f in (0.5, 2)] + [("rollout-0", f) for f in (0.5, 2)] + \
             [("verify-0", f) for f in (0.5, 2, 25)]
     if not quick:
         stops += [("learn-0", 25), ("rollout-0", 25), ("verify-1", 0.5), ("verify-1", 2), ("verify-1", 25)]
     for rep in range(reps):
         plan += [(f"sigstop:{r}:{f}x", lambda sc, g, r=r, f=f: F.stop_role(sc, g, r, f)) for r, f in stops]
-    kills = 2 if quick else 10
+    kills = 2 if quick else 14
     plan += [("sigkill:learn", F.kill_learner_seeded)] * kills
     plan += [("sigkill:learn:commit_window", F.kill_learner_in_commit_window)] * (1 if quick else 6)
-    for replica, n in (("rollout-0", 1 if quick else 6), ("verify-0", 1 if quick else 4), ("verify-1", 2 if quick else 4)):
+    for replica, n in (("rollout-0", 1 if quick else 8), ("verify-0", 1 if quick else 6), ("verify-1", 2 if quick else 6)):
         plan += [(f"sigkill:{replica}", lambda sc, g, r=replica: F.kill_role(sc, g, r))] * n
     plan += [("sigkill:nats-server", F.kill_server)] * (1 if quick else 5)
     plan += [("second_learner", F.second_learner)] * (1 if quick else 2)
@@ -93,6 +94,7 @@ def main_plan(rng: random.Random, quick: bool, catalogue: dict, disk_full: bool)
     plan += [("jetstream:store_full", F.store_full)] * (1 if quick else 2)
     if disk_full:
         plan += [("checkpoint_disk_full", F.checkpoint_disk_full)] * (1 if quick else 3)
+        plan += [("nats_store_disk_full", F.nats_store_disk_full)] * (1 if quick else 3)
     rng.shuffle(plan)
     plan.append(("retention_gap", F.retention_gap))
     return plan
@@ -134,9 +136,12 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
     conf = _server_conf(root / "nats.conf", 48)
-    server = Server(root / "nats-store", conf=conf, name=f"{run}-n1").start()
+    # Both the server's store and the learner's out_dir on a small tmpfs each, to fill them (root only).
+    store_disk = _mount_tmpfs(root / "nats-store", 192)
+    server = Server(root / "nats-store", conf=conf, name=f"{run}-n1", monitor=True).start()
     out = root / "learner-out"
-    disk = _mount_tmpfs(out, 512)
+    out_disk = _mount_tmpfs(out, 512)
+    disk = out_disk and store_disk
     sc = Scenario(root, run, seed=seed, servers=[server], out_dir=out)
     records: list[dict] = []
     result: dict = {"scenario": "main", "run": run, "seed": seed, "checkpoint_tmpfs": disk}
@@ -161,8 +166,9 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
         result["violations"] = sc.violations
         sc.close()
         server.kill()
-        if disk:
-            _umount(out)
+        for mounted, path in ((out_disk, out), (store_disk, root / "nats-store")):
+            if mounted:
+                _umount(path)
     return result
 
 
@@ -182,6 +188,24 @@ def _engine(*a):
     from bench.chaos.engine import run_engine_scenario
 
     return run_engine_scenario(*a)
+
+
+def _autoscale(*a):
+    from bench.chaos.autoscale_scenario import run_autoscale_scenario
+
+    return run_autoscale_scenario(*a)
+
+
+def _envs(*a):
+    from bench.chaos.env_scenario import run_env_scenario
+
+    return run_env_scenario(*a)
+
+
+def _stages(*a):
+    from bench.chaos.stages_scenario import run_stages_scenario
+
+    return run_stages_scenario(*a)
 
 
 def summarize(scenarios: list[dict], args, wall_s: float) -> dict:
@@ -244,13 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--work-dir", help="keep run directories and logs here (default: a temporary directory)")
-    p.add_argument("--scenarios", default="", help="comma-separated subset: main,main2,cluster,engine,agents")
+    p.add_argument("--scenarios", default="", help="comma-separated subset of " + ",".join(SCENARIOS))
     p.add_argument("--only", default="", help="comma-separated fault label prefixes (debugging a fault)")
     p.add_argument("--soak", action="store_true",
                    help="the soak (bench/chaos/soak.py): the built-in example under `up` with light faults, every "
                         "role's RSS, fds, threads and the store sampled each minute; writes bench/results/soak.*")
     p.add_argument("--minutes", type=float, default=60.0, help="the soak's length (default 60)")
     p.add_argument("--fault-every", type=float, default=3.0, help="minutes between the soak's light faults")
+    p.add_argument("--lanes", type=int, default=2,
+                   help="scenarios run side by side in this many processes (bench/chaos/lanes.py; 1: one after another)")
     p.add_argument("--summarize", action="store_true",
                    help="only rebuild the report from the scenario-*.json files a run left in --work-dir")
     args = p.parse_args(argv)
@@ -262,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # unwind: `up` and its roles are stopped
         return soak(args.minutes, args.seed, work, fault_every_min=args.fault_every)
     if args.summarize:
-        saved = [json.loads(f.read_text()) for f in sorted(work.glob("scenario-*.json"))]
+        saved = [json.loads(f.read_text()) for f in sorted(work.rglob("scenario-*.json"))]
         report = _jsonable(summarize(saved, args, 0.0))
         report["work_dir"] = str(work)
         if args.report:
@@ -273,27 +299,43 @@ def main(argv: list[str] | None = None) -> int:
         # A server store or checkpoint left by another run would be read as this run's.
         p.error(f"--work-dir {work} is not empty")
     wanted = set(filter(None, args.scenarios.split(","))) or (
-        {"main", "agents"} if args.quick else {"main", "main2", "engine", "cluster", "agents"})
+        {"main", "agents", "autoscale", "envs", "stages"} if args.quick else set(SCENARIOS))
     # SIGTERM (a CI timeout, kill): unwind, so every process, mount and namespace is cleaned up.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     only = [o for o in args.only.split(",") if o]
     t0 = time.monotonic()
+    if args.lanes > 1 and len(wanted) > 1:
+        from bench.chaos.lanes import plan_lanes, run_lanes
+
+        rest = ["--seed", str(args.seed)] + (["--quick"] if args.quick else []) + (["--only", args.only] if only else [])
+        lanes = plan_lanes([n for n in SCENARIOS if n in wanted], args.lanes, args.quick)
+        return _report(run_lanes(lanes, rest, work), args, work, t0)
     scenarios = _Saved(work)
     runners = {
         "main": lambda: run_main_scenario(work / "main", "chaos", args.seed, args.quick, only),
         "main2": lambda: run_main_scenario(work / "main2", "chaos2", args.seed + 1, args.quick, only),
+        "main3": lambda: run_main_scenario(work / "main3", "chaos9", args.seed + 8, args.quick, only),
         "cluster": lambda: _cluster(work / "cluster", "chaos3", args.seed + 2, args.quick),
         "engine": lambda: _engine(work / "engine", "chaos4", args.seed + 3, args.quick),
         "agents": lambda: _agents(work / "agents", "chaos5", args.seed + 4, args.quick, only),
+        "autoscale": lambda: _autoscale(work / "autoscale", "chaos6", args.seed + 5, args.quick, only),
+        "envs": lambda: _envs(work / "envs", "chaos7", args.seed + 6, args.quick, only),
+        "stages": lambda: _stages(work / "stages", "chaos8", args.seed + 7, args.quick, only),
     }
-    for name in ("main", "main2", "cluster", "engine", "agents"):
+    for name in SCENARIOS:
         if name not in wanted:
             continue
         try:
-            scenarios.append(runners[name]())
+            result = runners[name]()
         except Exception as e:  # the runner's own failure: reported, the other scenarios still run
-            scenarios.append({"scenario": name, "faults": [],
-                              "violations": [f"scenario {name} crashed in the runner: {type(e).__name__}: {e}"]})
+            result = {"scenario": name, "faults": [],
+                      "violations": [f"scenario {name} crashed in the runner: {type(e).__name__}: {e}"]}
+        result["name"] = name  # main and main2 are both scenario "main"
+        scenarios.append(result)
+    return _report(scenarios, args, work, t0)
+
+
+def _report(scenarios: list[dict], args, work: Path, t0: float) -> int:
     report = _jsonable(summarize(scenarios, args, time.monotonic() - t0))
     report["work_dir"] = str(work)
     text = json.dumps(report, indent=2)

@@ -40,8 +40,9 @@ class Server:
     """One nats-server; ``port`` is fixed after the first start so a restart keeps it."""
 
     def __init__(self, store: Path, *, addr: str = "127.0.0.1", port: int = -1, conf: Path | None = None,
-                 netns: str | None = None, name: str = "n") -> None:
+                 netns: str | None = None, name: str = "n", monitor: bool = False) -> None:
         self.store, self.addr, self.port, self.conf, self.netns, self.name = store, addr, port, conf, netns, name
+        self.monitor_port = _free_port() if monitor else None  # /healthz, what a liveness probe reads
         self.log = store.parent / f"{name}-server.log"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -56,6 +57,7 @@ class Server:
         argv = [nats_server_binary()] + (["-c", str(self.conf)] if self.conf else [])
         conf_text = self.conf.read_text() if self.conf else ""
         argv += ["-js", "-a", self.addr, "-p", str(self.port)]
+        argv += ["-m", str(self.monitor_port)] if self.monitor_port else []
         # nats-server refuses a flag that repeats a key its config file sets.
         argv += [] if "store_dir:" in conf_text else ["-sd", str(self.store)]
         argv += [] if "server_name:" in conf_text else ["-n", self.name]
@@ -89,6 +91,27 @@ class Server:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def healthz(self) -> tuple[int, str]:
+        """GET /healthz (status, body): 503 names a stream with a latched write error (nats-server >= 2.14)."""
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://{self.addr}:{self.monitor_port}/healthz", timeout=5) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        except OSError as e:
+            return 0, f"{type(e).__name__}: {e}"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Role:

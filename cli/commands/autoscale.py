@@ -76,10 +76,13 @@ def run(args: Args) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     fleet = Fleet(lambda name: spawn_role(args.role, name, config_file, log_dir,
                                           threads=cfg.up.threads_per_process),
-                  role=args.role, drain_deadline_s=cfg.bus.drain_timeout_s + 10)
-    fleet.start(auto.min_replicas)
+                  role=args.role, first_index=first_index(log_dir, args.role),
+                  drain_deadline_s=cfg.bus.drain_timeout_s + 10)
+    # The scaler first: it records every fleet event, the first replicas' starts included.
     scaler = Autoscaler(auto, fleet, run=cfg.run, nats_cfg=cfg.nats, heartbeat_every_s=cfg.bus.heartbeat_every_s,
-                        events_path=log_dir / "autoscale.jsonl", say=lambda line: print(line, flush=True)).start()
+                        events_path=log_dir / "autoscale.jsonl", say=lambda line: print(line, flush=True))
+    fleet.start(auto.min_replicas)
+    scaler.start()
     print(f"[autoscale] {args.role} replicas {auto.min_replicas}-{auto.max_replicas} for run {cfg.run}; "
           f"logs in {log_dir}", flush=True)
     code = 0
@@ -93,6 +96,17 @@ def run(args: Args) -> int:
         scaler.stop()
         _drain_all(fleet, cfg.up.stop_timeout_s + cfg.bus.drain_timeout_s)
     return code
+
+
+def first_index(log_dir: Path, role: str) -> int:
+    """The first replica number no earlier scaler used in ``log_dir`` (one past its ``<role>-<N>.log``).
+
+    A scaler restarted after a crash (SIGKILL, the OOM killer) finds its old replicas still
+    draining (they follow it out: ``rlvr.actors.lifeline``); numbering from 0 again would give a
+    new replica the name of a live one, so two processes would share a log file and a heartbeat
+    subject, and the new scaler would read the old one's ``draining`` heartbeats as its own."""
+    used = [p.stem[len(role) + 1:] for p in log_dir.glob(f"{role}-*.log")]
+    return max((int(n) for n in used if n.isdigit()), default=-1) + 1
 
 
 def _drain_all(fleet, timeout_s: float) -> None:

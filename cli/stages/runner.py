@@ -236,8 +236,7 @@ class StageRunner:
         self._phase(res, "filter")
         kept, counts = select(read_dumps(out, steps), stage.filters)
         sampled = _read_json(out / "learner_summary.json")
-        counts["dropped_before_the_filters"] = sum(int(v) for v in sampled.get("drops", {}).values()
-                                                    if isinstance(v, (int, float)))
+        counts["dropped_before_the_filters"] = dropped_before_the_filters(sampled)
         write_kept(folder, kept, counts)
         res.detail = {"kept": counts}
         self.display.info(f"stage {self.names[i]}: kept {counts['kept']} of {counts['sampled']} samples "
@@ -353,6 +352,20 @@ class StageRunner:
         if code != 0:
             raise StageFailedError(f"{self.current}: a role exited with {code} (logs in {out / 'logs'}); "
                                    "`up --run-dir` with the same config resumes here")
+
+
+COPIES = ("duplicate", "late_duplicate", "conflict")
+
+
+def dropped_before_the_filters(summary: dict) -> int:
+    """Samples the sampling learner dropped (never dumped), from its ``learner_summary.json``: its
+    ``samples.dropped``. Copies of a sample (a redelivered or regenerated copy of one that was
+    dumped: ``duplicate``, ``late_duplicate``, ``conflict``) are not dropped samples, and a resumed
+    sampler meets them after every kill; an older summary without ``samples`` sums the other drops."""
+    samples = summary.get("samples")
+    if isinstance(samples, dict) and "dropped" in samples:
+        return int(samples["dropped"])
+    return sum(int(v) for k, v in summary.get("drops", {}).items() if k not in COPIES and isinstance(v, (int, float)))
 
 
 def _read_json(path: Path) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.actors.plugins import keep_signal_handlers
 from rlvr.learner.data.dataset_config import VerifiersDataset
 from rlvr.learner.data.dataset_records import DatasetError, render_prompt
 from rlvr.protocol import VerifierSpec
@@ -27,7 +28,8 @@ def verifiers_specs(cfg: VerifiersDataset) -> tuple[list, list | None]:
     except ImportError as e:
         raise DatasetError(f"kind = \"verifiers\" needs the verifiers package (pip install 'rlvr-actor[env]'): {e}") from None
     try:
-        env = vf.load_environment(cfg.env_id, **cfg.env_args)
+        with keep_signal_handlers():  # verifiers installs its own SIGTERM (exit 143) and SIGINT handlers
+            env = vf.load_environment(cfg.env_id, **cfg.env_args)
     except Exception as e:  # its own code: say which environment and what it raised
         raise DatasetError(f"verifiers environment {cfg.env_id!r} did not load: {type(e).__name__}: {e}") from None
     spec = EnvSpec("verifiers", {"env_id": cfg.env_id, "env_args": cfg.env_args, "tools": list(cfg.tools)},

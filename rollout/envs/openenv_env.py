@@ -73,6 +73,12 @@ class OpenEnvEnvironment(Environment):
                 self._slots[key] = threading.BoundedSemaphore(self.params.max_concurrent)
             return self._slots[key]
 
+    @classmethod
+    def load_shared(cls, params: OpenEnvParams) -> None:
+        # Seconds on a loaded machine (fastapi, pydantic ...): once, here, not inside the first
+        # episodes' env_timeout_s, where it would time every one of them out.
+        import openenv.core  # noqa: F401
+
     async def reset(self) -> list[dict[str, Any]]:
         import asyncio
 
@@ -83,9 +89,16 @@ class OpenEnvEnvironment(Environment):
         while not slot.acquire(timeout=0.05):
             await asyncio.sleep(0)
         self._slot = slot
-        self.client = GenericEnvClient(base_url=self.params.url, message_timeout_s=self.params.message_timeout_s)
-        await self.client.connect()
-        result = await self.client.reset(seed=self.task.seed, **self.params.reset_kwargs)
+        try:
+            self.client = GenericEnvClient(base_url=self.params.url, message_timeout_s=self.params.message_timeout_s)
+            await self.client.connect()
+            result = await self.client.reset(seed=self.task.seed, **self.params.reset_kwargs)
+        except BaseException:
+            # Failed, or cancelled past env_timeout_s: the slot goes back now, for close() may never
+            # come (a thread the rollout abandoned as stuck gets none), and a slot kept is one
+            # session fewer for every later episode, for good.
+            self._release()
+            raise
         return [user(self._show(result.observation))]
 
     async def step(self, turn: AssistantTurn) -> StepResult:
@@ -106,9 +119,12 @@ class OpenEnvEnvironment(Environment):
             if self.client is not None:
                 await self.client.close()
         finally:
-            if self._slot is not None:
-                self._slot.release()
-                self._slot = None
+            self._release()
+
+    def _release(self) -> None:
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
 
     def _action(self, text: str) -> dict[str, Any]:
         if self.params.action == "text":

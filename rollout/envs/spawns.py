@@ -17,8 +17,12 @@ The link between a process and its episode is the moment it started:
   everything that task starts (tasks, ``anyio.to_thread`` workers).
 - When an episode ends with its environment's thread stuck, ``reap`` kills the rollout's children
   (and their children) that started within ``WINDOW_S`` after one of that episode's notes and
-  near no other note, from any episode or none. A child that matches two owners is left alone and
-  logged: a wrong kill is worse than a leftover.
+  near no other note, from any episode or none, except episodes already reaped (abandoned: what
+  they started is to be killed either way). A child that matches two owners still running is
+  left alone and logged: a wrong kill is worse than a leftover. So when the n episodes of a task
+  hang in the same step together (their turns are generated as one batch, their steps start
+  within milliseconds), the first reaps leave the shared-window children, and the last one
+  kills them all.
 
 Not covered: a process that leaves the rollout's tree (a double fork with ``setsid``) before the
 reap, and one started through a path Python does not announce. An environment that manages
@@ -35,6 +39,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 
 import structlog
 
@@ -49,6 +54,7 @@ WINDOW_S = (-0.03, 0.25)
 
 _owner: contextvars.ContextVar[object | None] = contextvars.ContextVar("rlvr_env_spawn_owner", default=None)
 _notes: collections.deque[tuple[float, object | None]] = collections.deque(maxlen=8192)
+_abandoned: weakref.WeakSet = weakref.WeakSet()  # owners reaped: their processes are no one else's to keep
 _installed = threading.Lock()
 _hooked = False
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -97,7 +103,7 @@ def started_by(owner: object, since: float) -> list[int]:
     mine = [t for t, o in notes if o is owner]
     if not mine:
         return []
-    others = [t for t, o in notes if o is not owner]
+    others = [t for t, o in notes if o is not owner and (o is None or o not in _abandoned)]
     found = []
     for pid in processes_of(os.getpid(), children=True):
         t = _started(pid)
@@ -121,6 +127,7 @@ def _tree(pid: int) -> list[int]:
 def reap(owner: object, since: float, episode: str) -> int:
     """SIGKILL what ``owner`` started since ``since`` (with its descendants); reap the rollout's own
     children among them. Returns how many processes were killed."""
+    _abandoned.add(owner)
     killed = 0
     for child in started_by(owner, since):
         for pid in _tree(child):

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from msgspec import Struct
 
+from rlvr.actors.plugins import keep_signal_handlers
 from rlvr.rollout.builtin_tools import builtin_tools
 from rlvr.rollout.envs.base import AssistantTurn, Environment, EpisodeTask, StepResult
 
@@ -57,7 +58,8 @@ def load_vf_environment(env_id: str, env_args: dict[str, Any]) -> Any:
     key = json.dumps([env_id, env_args], sort_keys=True, default=str)
     with _lock:
         if key not in _loaded:
-            env = vf.load_environment(env_id, **env_args)
+            with keep_signal_handlers():  # verifiers installs its own SIGTERM (exit 143) and SIGINT handlers
+                env = vf.load_environment(env_id, **env_args)
             if getattr(env, "tool_defs", None):
                 raise ValueError(
                     f"verifiers environment {env_id!r} defines its own tools; they would run unsandboxed in the "
@@ -72,7 +74,7 @@ class VerifiersEnvironment(Environment):
 
     @classmethod
     def load_shared(cls, params: VerifiersParams) -> None:
-        load_vf_environment(params.env_id, params.env_args)  # verifiers installs signal handlers: main thread
+        load_vf_environment(params.env_id, params.env_args)  # verifiers sets signal handlers: the main thread
 
     def __init__(self, params: VerifiersParams, task: EpisodeTask) -> None:
         super().__init__(params, task)

@@ -105,3 +105,18 @@ def test_the_stage_table_shows_steps_pass_at_1_before_and_after_and_seconds():
     assert "pass@1 before" in lines[0]
     assert "0-sft" in lines[1] and "5.0%" in lines[1] and "20.0%" in lines[1] and "41" in lines[1]
     assert "n/a" in lines[2] and "kept 10 of 32: rejected 20, duplicate 2" in lines[3]
+
+
+def test_copies_a_resumed_sampler_meets_are_not_counted_as_samples_dropped_before_the_filters():
+    from rlvr.cli.stages.runner import dropped_before_the_filters
+
+    # A sampling learner SIGKILLed and resumed (bench/chaos/stages_scenario.py, seed 0): its 32 samples
+    # all dumped, 4 late duplicates of them met after the restart. Before: "dropped_before_the_filters 4".
+    resumed = {"samples": {"scored": 32, "trained": 32, "dropped": 0, "in_flight": 0, "copies": 4},
+               "drops": {"late_duplicate": 4}}
+    assert dropped_before_the_filters(resumed) == 0
+    real = {"samples": {"scored": 35, "trained": 32, "dropped": 3, "in_flight": 0, "copies": 3},
+            "drops": {"partial": 3, "conflict": 2, "duplicate": 1, "late_duplicate": 0}}
+    assert dropped_before_the_filters(real) == 3
+    older = {"drops": {"partial": 2, "conflict": 2, "duplicate": 1, "late_duplicate": 4}}  # no `samples`
+    assert dropped_before_the_filters(older) == 2

@@ -138,6 +138,45 @@ def test_a_process_two_owners_could_have_started_is_left_alone():
             p.wait()
 
 
+def test_processes_hung_episodes_started_together_are_killed_once_each_of_them_is_reaped():
+    """A task's episodes hang in the same step together: each one's processes are ambiguous while
+    another of them still runs, and killed when the last of them is given up on (reaped)."""
+    import contextvars
+    import os
+    import subprocess
+    import sys
+
+    from rlvr.rollout.envs import spawns
+
+    from tests.conftest import wait_for
+
+    spawns.install()
+    # Past the window of any process an earlier test started (a note of a running owner, ambiguous).
+    wait_for(lambda: spawns.now() - max((t for t, _ in spawns._notes), default=0.0) > 2 * spawns.WINDOW_S[1],
+             timeout_s=10, what="earlier process starts to leave the attribution window")
+    since = spawns.now()
+
+    class Owner:  # an episode's EnvThread, as far as spawns is concerned
+        pass
+
+    a, b = Owner(), Owner()
+
+    def start(owner):
+        spawns.own(owner)
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+
+    procs = [contextvars.copy_context().run(start, a), contextvars.copy_context().run(start, b)]
+    try:
+        assert spawns.reap(a, since, "t-t0/0") == 0  # b still runs: either process may be b's
+        assert all(p.poll() is None for p in procs)
+        assert spawns.reap(b, since, "t-t0/1") == 2
+        assert all(_state(p.pid) == "Z" or not os.path.exists(f"/proc/{p.pid}") for p in procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:

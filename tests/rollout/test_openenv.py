@@ -25,12 +25,12 @@ from tests.rollout.test_episodes import ScriptedEngine
 pytest.importorskip("openenv", reason="the OpenEnv adapter's tests need openenv-core (pip install 'rlvr-actor[env]')")
 
 
-@pytest.fixture(scope="module")
-def quiz_server(tmp_path_factory):
+def _serve(log_dir):
+    """The quiz server under uvicorn on a free port: (process, url, log file), once /health answers."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    log = open(tmp_path_factory.mktemp("openenv") / "server.log", "wb")
+    log = open(log_dir / "server.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "tests.openenv_quiz_server:app", "--host", "127.0.0.1",
                              "--port", str(port), "--log-level", "warning"], cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -44,11 +44,26 @@ def quiz_server(tmp_path_factory):
 
     try:
         wait_for(healthy, timeout_s=60, what="the OpenEnv server's /health")
+    except BaseException:
+        _stop(proc, log)
+        raise
+    return proc, url, log
+
+
+def _stop(proc, log) -> None:
+    os.killpg(proc.pid, signal.SIGCONT)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def quiz_server(tmp_path_factory):
+    proc, url, log = _serve(tmp_path_factory.mktemp("openenv"))
+    try:
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
+        _stop(proc, log)
 
 
 def _task(url: str, **params) -> Task:
@@ -85,6 +100,17 @@ def test_a_server_that_is_not_there_is_an_env_error_not_a_zero():
     assert r.episode.end_reason == "env_error" and "reset()" in r.episode.detail
 
 
+def test_an_episode_the_environment_failed_is_logged_by_the_rollout():
+    from structlog.testing import capture_logs
+
+    engine = TrivialEngine(TrivialEngineConfig(accuracy=1.0))
+    with capture_logs() as logs:
+        anyio.run(run_episode, engine, _task("http://127.0.0.1:9"), 2, EpisodeSettings(env_timeout_s=10))
+    ended = [e for e in logs if e["event"] == "env_episode_ended"]
+    assert len(ended) == 1 and ended[0]["episode"] == "t-t1/2" and ended[0]["reason"] == "env_error", logs
+    assert ended[0]["environment"] == "openenv" and "reset()" in ended[0]["detail"]
+
+
 def test_the_model_can_run_python_in_the_sandbox_before_it_answers_the_server(quiz_server):
     from rlvr.rollout.builtin_tools import use_sandbox
     from rlvr.sandbox.config import SandboxConfig
@@ -100,3 +126,32 @@ def test_the_model_can_run_python_in_the_sandbox_before_it_answers_the_server(qu
     assert r.episode.tool_calls == {"python": 1} and not r.episode.tool_errors
     assert r.episode.turn_rewards[:2] == [0.0, 1.0] and r.episode.end_reason == "done"
     assert f"tool: {eval(first.rstrip('='))}" in engine.prompts[1]  # the sandbox's answer, before the model's
+
+
+def test_a_reset_cancelled_past_its_deadline_gives_its_session_slot_back_without_close(tmp_path):
+    """The rollout cancels a call past env_timeout_s, and never calls close() on a thread it abandoned
+    as stuck: the slot the reset took must come back anyway, or every later episode waits for it."""
+    import asyncio
+
+    from rlvr.rollout.envs.base import EpisodeTask
+    from rlvr.rollout.envs.openenv_env import OpenEnvEnvironment, OpenEnvParams
+    from rlvr.rollout.envs.runner import EnvThread
+
+    proc, url, log = _serve(tmp_path)
+    try:
+        params = {"url": url, "action": "text", "observation_field": "question", "max_concurrent": 1}
+        OpenEnvEnvironment.load_shared(OpenEnvParams(**params))
+        env = OpenEnvEnvironment(OpenEnvParams(**params), EpisodeTask("t-t1", 1, 0, "1+1=", seed=1))
+        thread = EnvThread("t-t1/0")
+        os.killpg(proc.pid, signal.SIGSTOP)  # silent: the connection waits in the kernel's backlog
+        stuck = asyncio.run_coroutine_threadsafe(env.reset(), thread.loop)
+        wait_for(lambda: env._slot is not None, timeout_s=10, what="the reset to take the only slot")
+        stuck.cancel()
+        wait_for(stuck.done, timeout_s=10, what="the cancelled reset to end")
+        os.killpg(proc.pid, signal.SIGCONT)
+        engine = TrivialEngine(TrivialEngineConfig(accuracy=1.0))
+        r = anyio.run(run_episode, engine, _task(url, max_concurrent=1), 0, EpisodeSettings(env_timeout_s=20))
+        assert r.episode.end_reason == "done" and r.episode.env_reward == 3.0, r.episode
+        thread.stop()
+    finally:
+        _stop(proc, log)

@@ -89,3 +89,27 @@ def test_an_environment_with_its_own_unsandboxed_tools_is_refused(monkeypatch):
     monkeypatch.setattr(vf, "load_environment", lambda env_id, **kw: m.load_tool_environment())
     with pytest.raises(ValueError, match="would run unsandboxed"):
         load_vf_environment("tests.vf_guess_env", {"variant": "tools"})
+
+
+def test_loading_an_environment_leaves_the_role_s_own_signal_handlers_in_place():
+    """verifiers' Environment installs a SIGTERM handler that exits 143 (and a SIGINT one): a rollout
+    or learner that loads one must still stop gracefully on SIGTERM."""
+    import signal
+
+    from rlvr.learner.data.dataset_vf import verifiers_specs
+    from rlvr.rollout.envs.verifiers_env import load_vf_environment
+
+    def ours(signum, frame):
+        return None
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        signal.signal(signal.SIGTERM, ours)
+        signal.signal(signal.SIGINT, ours)
+        load_vf_environment("tests.vf_guess_env", {"max_turns": 5})  # a new env_args: not the cached one
+        assert signal.getsignal(signal.SIGTERM) is ours and signal.getsignal(signal.SIGINT) is ours
+        verifiers_specs(VerifiersDataset(env_id="tests.vf_guess_env", max_turns=5))
+        assert signal.getsignal(signal.SIGTERM) is ours and signal.getsignal(signal.SIGINT) is ours
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
