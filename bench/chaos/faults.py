@@ -337,9 +337,15 @@ def checkpoint_disk_full(sc: Scenario, rng) -> dict:
     _fill_disk(filler)
     time.sleep(hold)
     role = sc.sk.roles["learn-0"]
+    filler.unlink()
+    # A learner that met the full disk may still be on its way out when the space comes back: its fate
+    # is whichever comes first, a commit after the space is back, or its exit (the runner restarts it).
+    floor = sc.committed_floor()
+    deadline = time.monotonic() + 60.0
+    while role.alive() and sc.committed_floor() <= floor and time.monotonic() < deadline:
+        time.sleep(0.1)
     rc = role.proc.returncode if not role.alive() else None
     err = _last_error(sc.sk.log_text("learn-0")) if rc is not None else ""
-    filler.unlink()
     if rc is not None:
         role.expect_exit = False
         sc.start_learner()

@@ -102,12 +102,20 @@ def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
     t0 = time.monotonic()
     wanted: dict[str, Poison] = {}
     by_size: dict[int, Poison] = {}
+    counted: list[str] = []
     for case in cases:
         mid = f"chaos-{sc.run}-{subject}-{case.name}" if case.msg_id else None
         if case.first is not None:
             obs.publish(subj, case.first, msg_id=f"{mid}-first")
         obs.publish(subj, case.data, msg_id=mid)
         if subject == "weights":
+            continue
+        if subject == "scored" and case.first is not None:
+            # Another verdict under one sample id, published straight to SCORED: the learner keeps one
+            # by rank and counts it (`conflicting_copies`), acked, not dead-lettered: two verifier replicas
+            # scoring one sample differently is no poison (learner/custody/custody.py). The end's custody
+            # check holds it to one settlement.
+            counted.append(case.name)
             continue
         if mid:
             wanted[mid] = case
@@ -134,7 +142,7 @@ def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
                 if d.kind != case.kind or case.reason not in d.reason:
                     wrong.append(f"{case.name}: got {d.kind}: {d.reason[:150]}; expected {case.kind}: {case.reason}")
             time.sleep(0.5)
-    missing = sorted({c.name for c in cases} - set(found)) if subject != "weights" else []
+    missing = sorted({c.name for c in cases} - set(found) - set(counted)) if subject != "weights" else []
     survived = {r: sc.sk.roles[r].alive() and sc.obs.wait_heartbeat(r, after=time.monotonic(), timeout_s=20) is not None
                 for r in consumers[subject]}
     restarted_ok = None
@@ -149,5 +157,5 @@ def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
         if what:
             sc.violations.append(what)
     return {"kind": f"poison:{subject}", "poison_messages": len(cases), "dead_lettered": len(found),
-            "missing": missing, "wrong_reason": wrong, "survived": survived,
+            "missing": missing, "wrong_reason": wrong, "survived": survived, "counted_not_dead_lettered": counted,
             "seconds": round(time.monotonic() - t0, 1)}

@@ -11,12 +11,15 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlvr.actors.logs import get_logger
 from rlvr.learner.watch.step_alarms import foreign_script_share
 from rlvr.protocol import Scored
 
 if TYPE_CHECKING:
     from rlvr.learner.config import TrackersConfig
     from rlvr.learner.watch.sinks import Trackers
+
+log = get_logger("rlvr.learner.metrics")
 
 
 class MetricsWriter:
@@ -30,6 +33,7 @@ class MetricsWriter:
             from rlvr.learner.watch.sinks import Trackers  # its threads import wandb / mlflow, only when configured
 
             self._trackers = Trackers(trackers, out_dir=out_dir, run_name=run_name, resolved_config=resolved_config)
+        self.write_failures: Counter[str] = Counter()  # by sink: metrics.jsonl, tensorboard
         self._tb = None
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -51,18 +55,36 @@ class MetricsWriter:
         if self._trackers is not None:
             self._trackers.close()
             self._write_notices()  # a tracker that failed while finishing says so too
-        self._f.close()
-        if self._tb is not None:
-            self._tb.close()
+        for close in (self._f.close, self._tb.close if self._tb is not None else None):
+            try:
+                if close is not None:
+                    close()
+            except OSError as e:  # the last buffered line on a full disk
+                self._failed("close", e, "the last lines may be lost")
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(record, default=float) + "\n")
+        try:
+            self._f.write(json.dumps(record, default=float) + "\n")
+        except OSError as e:  # a full disk: the line is lost, counted, and the next one is tried
+            self._failed("metrics.jsonl", e, "the lines are lost; each step tries again")
         if self._tb is not None and "step" in record:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k != "step":
-                    self._tb.add_scalar(k, v, record["step"])
+            try:
+                for k, v in record.items():
+                    if isinstance(v, (int, float)) and k != "step":
+                        self._tb.add_scalar(k, v, record["step"])
+            except Exception as e:  # noqa: BLE001 - its writer thread died (a full disk) and re-raises forever
+                self._tb = None  # not closed: its close would raise the same
+                self._failed("tensorboard", e, "TensorBoard is off until the learner restarts")
         if self._trackers is not None:
             self._trackers.record(record)
+
+    def _failed(self, what: str, e: BaseException, then: str) -> None:
+        """A record for people: losing it must not stop training (the checkpoint is what must not fail).
+        Said once per sink: a full disk would say it every step."""
+        self.write_failures[what] += 1
+        if self.write_failures[what] == 1:
+            log.warning("metrics_write_failed", sink=what, error=f"{type(e).__name__}: {e}",
+                        note=f"training goes on; {then}; later failures are counted, not logged")
 
     def _write_notices(self) -> None:
         """The alarm record of each tracker turned off since the last write (written
