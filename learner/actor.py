@@ -42,7 +42,7 @@ from rlvr.learner.watch.alarm_edges import AlarmCleared
 from rlvr.learner.watch.alarms import Alarm, SignalWatch
 from rlvr.learner.data.history import PromptHistory, read_selection, subset
 from rlvr.learner.watch.step_alarms import StepWatch
-from rlvr.learner.custody.checkpoint import CheckpointStore, LearnerState
+from rlvr.learner.custody.checkpoint import CheckpointStore, LearnerState, is_disk_full
 from rlvr.learner.custody.custody import CONFLICT_ERROR, Custody, copy_rank, span_links
 from rlvr.learner.config import LearnConfig, train_dataset
 from rlvr.learner.data.datasets import load_splits
@@ -98,6 +98,7 @@ class LearnActor:
         self.last_step_at = time.monotonic()
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
         self.last_record: StepRecord | None = None
+        self.checkpoint_disk_full = 0  # failed checkpoint writes on a full disk, each retried (heartbeat counter)
         # Made by _restore, once the bus and the checkpoint are at hand.
         self._io: _LearnerIO | None = None
         self.trainer: Trainer | None = None
@@ -379,11 +380,13 @@ class LearnActor:
         self.state.issued = io.feeder.issued
         self.state.drops = dict(self.custody.drops.samples)
         self.state.outcomes = dict(self.custody.outcomes)
-        if self.trainer is not None:
-            await self.trainer.save(io.store.engine_dir(self.state.commits + 1))
+        trainer = self.trainer
+        if trainer is not None:
+            engine_dir = io.store.engine_dir(self.state.commits + 1)
+            await self._until_written("engine", lambda: trainer.save(engine_dir))
         ledger_state, entry = self.custody.commit(self.state.step)
         self.state.ledger = ledger_state
-        await anyio.to_thread.run_sync(io.store.commit, self.state, entry)
+        await self._until_written("commit", lambda: anyio.to_thread.run_sync(io.store.commit, self.state, entry))
         progress = {"step": self.state.step, "version": self.state.version, "floor": ledger_state.floor}
         try:  # for `status` only: the checkpoint on disk is what counts, and it is committed
             await io.ctx.bus.kv_put(KV_LEARNER, json.dumps(progress).encode())
@@ -393,6 +396,22 @@ class LearnActor:
             log.warning("progress_not_published", error=f"{type(e).__name__}: {e}", step=self.state.step)
         log.info("checkpoint", step=self.state.step, floor=ledger_state.floor,
                  committed=len(entry.trained) + len(entry.dropped), final=final)
+
+    async def _until_written(self, part: str, write) -> None:
+        """A checkpoint's ``part`` on a full disk: training holds (nothing past the last commit is acked,
+        so nothing is lost) and the write is tried again with backoff until the space is back, each
+        try an error in the log; any other failure stops the learner as before."""
+        async def said(e: BaseException) -> None:
+            self.checkpoint_disk_full += 1
+            log.error("checkpoint_disk_full", part=part, out_dir=str(self.io.store.root), step=self.state.step,
+                      error=f"{type(e).__name__}: {e}",
+                      fix="free space there (or point learn.out_dir elsewhere and restart): training holds until "
+                          "the checkpoint is written, then goes on by itself")
+
+        async for attempt in retrying(f"checkpoint_{part}", until=FOREVER, on=is_disk_full, wait_initial=1.0,
+                                      wait_max=30.0, on_retry=said):
+            with attempt:
+                await write()
 
     async def _publish_weights(self, bump: bool = False) -> float:
         assert self.trainer is not None
@@ -530,6 +549,7 @@ class LearnActor:
         held = self.custody.pending()
         gauges["held"] = float(held)
         counters = {"step": float(self.state.step), "samples_trained": float(self.state.samples_trained),
+                    "checkpoint_disk_full": float(self.checkpoint_disk_full),
                     "drop_late_duplicate": float(self.custody.late_duplicates),
                     **{f"drop_{k}": float(v) for k, v in self.custody.drops.samples.items()}}
         if self._io is not None:

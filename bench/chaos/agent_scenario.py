@@ -74,7 +74,7 @@ def agent_plan(rng: random.Random, quick: bool) -> list[tuple[str, object]]:
 
 
 def run_agent_scenario(root: Path, run: str, seed: int, quick: bool, only: list[str] = ()) -> dict:
-    from bench.chaos.run import _server_conf, run_fault
+    from bench.chaos.run import _server_conf, play
 
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
@@ -86,10 +86,7 @@ def run_agent_scenario(root: Path, run: str, seed: int, quick: bool, only: list[
     try:
         sc.start()
         sc.start_sampling()
-        for label, fn in agent_plan(rng, quick):
-            if only and not any(label.startswith(o) for o in only):
-                continue
-            records.append(run_fault(sc, label, fn, rng))
+        records += play(sc, agent_plan(rng, quick), rng, only)
         ends = _episode_ends(sc)  # before finish: its heartbeats stop with the replica
         result["finish"] = sc.finish()
         fates, found = A.check_faulted(sc)

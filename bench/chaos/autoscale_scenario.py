@@ -237,7 +237,7 @@ def autoscale_plan(rng: random.Random, quick: bool) -> list[tuple[str, object]]:
 
 
 def run_autoscale_scenario(root: Path, run: str, seed: int, quick: bool, only: list[str] = ()) -> dict:
-    from bench.chaos.run import _server_conf, run_fault
+    from bench.chaos.run import _server_conf, play
 
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
@@ -248,10 +248,7 @@ def run_autoscale_scenario(root: Path, run: str, seed: int, quick: bool, only: l
     try:
         sc.start()
         sc.start_sampling()
-        for label, fn in autoscale_plan(rng, quick):
-            if only and not any(label.startswith(o) for o in only):
-                continue
-            records.append(run_fault(sc, label, fn, rng))
+        records += play(sc, autoscale_plan(rng, quick), rng, only)
         result["finish"] = sc.finish()
     except Exception as e:  # the runner's own failure: kept with the faults done so far
         traceback.print_exc()

@@ -61,7 +61,7 @@ def env_plan(rng: random.Random, quick: bool) -> list[tuple[str, object]]:
 
 
 def run_env_scenario(root: Path, run: str, seed: int, quick: bool, only: list[str] = ()) -> dict:
-    from bench.chaos.run import _server_conf, run_fault
+    from bench.chaos.run import _server_conf, play
 
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
@@ -74,10 +74,7 @@ def run_env_scenario(root: Path, run: str, seed: int, quick: bool, only: list[st
         sc.start()
         sc.start_sampling()
         result["warm_s"] = _warm(sc, 180.0)
-        for label, fn in env_plan(rng, quick):
-            if only and not any(label.startswith(o) for o in only):
-                continue
-            records.append(run_fault(sc, label, fn, rng))
+        records += play(sc, env_plan(rng, quick), rng, only)
         result["episode_ends_outside_faults"] = _outside(sc)
         result["failed_settled_before_finish_s"] = _settle(sc, 60.0)
         result["finish"] = sc.finish()

@@ -132,6 +132,12 @@ def run_fault(sc: Scenario, label: str, fn, rng: random.Random) -> dict:
     return rec
 
 
+def play(sc: Scenario, plan: list[tuple[str, object]], rng: random.Random, only: list[str] = ()) -> list[dict]:
+    """Each fault of ``plan`` in turn (those whose label starts with one of ``only``, if given), checked after it."""
+    return [run_fault(sc, label, fn, rng) for label, fn in plan
+            if not only or any(label.startswith(o) for o in only)]
+
+
 def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[str] = ()) -> dict:
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
@@ -152,10 +158,7 @@ def run_main_scenario(root: Path, run: str, seed: int, quick: bool, only: list[s
         records.append(run_fault(sc, "sigkill:learn:before_first_checkpoint", F.kill_learner_before_first_checkpoint,
                                  rng))
         catalogue = P.catalogue(run, sc.obs.max_payload())
-        for label, fn in main_plan(rng, quick, catalogue, disk):
-            if only and not any(label.startswith(o) for o in only):
-                continue
-            records.append(run_fault(sc, label, fn, rng))
+        records += play(sc, main_plan(rng, quick, catalogue, disk), rng, only)
         time.sleep(20)  # partial groups (poison first copies, retention) expire and reach a checkpoint
         result["finish"] = sc.finish()
     except Exception as e:  # the runner's own failure: kept with the faults done so far

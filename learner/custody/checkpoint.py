@@ -21,6 +21,7 @@ into a committed directory.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -74,13 +75,14 @@ class CheckpointStore:
     def commit(self, state: LearnerState, entry: LedgerEntry) -> None:
         """Write learner state and ledger entry, then flip ``latest``. The
         engine checkpoint must already be in ``engine_dir(state.commits + 1)``."""
-        state.commits += 1
-        d = self.commit_dir(state.commits)
+        n = state.commits + 1  # ``state`` counts it only once ``latest`` names it: a failed commit can be retried
+        d = self.commit_dir(n)
         d.mkdir(parents=True, exist_ok=True)
-        _atomic_write(d / "learner.json", msgspec.json.encode(state))
-        _atomic_write(self.root / "ledger" / f"commit-{state.commits:06d}.json", msgspec.json.encode(entry))
+        _atomic_write(d / "learner.json", msgspec.json.encode(msgspec.structs.replace(state, commits=n)))
+        _atomic_write(self.root / "ledger" / f"commit-{n:06d}.json", msgspec.json.encode(entry))
         _atomic_write(self.root / "latest", d.name.encode())
-        self._prune(state.commits)
+        state.commits = n
+        self._prune(n)
 
     def load_latest(self) -> LearnerState | None:
         latest = self.root / "latest"
@@ -109,6 +111,11 @@ class CheckpointStore:
         for c in commits[: -self.keep]:
             if c != current:
                 shutil.rmtree(self.commit_dir(c), ignore_errors=True)
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """No space, or no quota, where a checkpoint is written: what freeing space fixes, so worth waiting for."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
