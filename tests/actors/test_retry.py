@@ -60,3 +60,20 @@ def test_a_deadline_ends_the_retries_with_the_last_error():
     with pytest.raises(NatsTimeoutError):
         anyio.run(lambda: call_retrying("t", down, until=0.05, wait_initial=0.01, wait_max=0.01))
     assert 2 <= len(calls) < 50
+
+
+def test_a_store_the_servers_disk_refused_is_transient_and_other_server_errors_are_not():
+    """The errors a full disk under nats-server gave the learner in the chaos run (issue 38), verbatim:
+    it exited on them; they are the server's, retried within the caller's bound."""
+    import nats.js.errors as js_errors
+
+    from rlvr.actors.bus_faults import is_transient_bus_fault
+
+    seen = [js_errors.ServerError(code=500, err_code=10012, description="error creating store for consumer"),
+            js_errors.ServerError(code=500, err_code=10012, description=(
+                "write /tmp/w/nats-store/jetstream/$G/streams/RLVR_chaos_TASKS/obs/rollout/meta.inf.tmp: "
+                "no space left on device"))]
+    assert all(is_transient_bus_fault(e) for e in seen)
+    assert not is_transient_bus_fault(js_errors.ServerError(code=500, err_code=10999, description="something else"))
+    assert not is_transient_bus_fault(js_errors.BadRequestError(code=400, err_code=10058,
+                                                                description="stream name already in use"))
