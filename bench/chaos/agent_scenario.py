@@ -32,7 +32,6 @@ from pathlib import Path
 from bench.chaos import agent_faults as A
 from bench.chaos import faults as F
 from bench.chaos.scenario import Scenario
-from bench.chaos.skeleton import Server
 
 DATASET = {"kind": "arithmetic", "verifier": {"name": "exact", "params": {"gold": "{gold}"}}}
 MODES = ("sigkill_mid_request", "sigkill_mid_stream", "disconnect_mid_stream", "many_connections", "wrong_key")
@@ -74,11 +73,10 @@ def agent_plan(rng: random.Random, quick: bool) -> list[tuple[str, object]]:
 
 
 def run_agent_scenario(root: Path, run: str, seed: int, quick: bool, only: list[str] = ()) -> dict:
-    from bench.chaos.run import _server_conf, play
+    from bench.chaos.run import play, scenario_server
 
     rng = random.Random(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    server = Server(root / "nats-store", conf=_server_conf(root / "nats.conf", 48), name=f"{run}-n1").start()
+    server = scenario_server(root, run)
     sc = AgentScenario(root, run, seed=seed, servers=[server])
     (root / "engine-go").touch()
     records: list[dict] = []

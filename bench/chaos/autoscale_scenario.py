@@ -34,7 +34,7 @@ from pathlib import Path
 
 from bench.chaos import autoscale_faults as A
 from bench.chaos.scenario import Scenario
-from bench.chaos.skeleton import REPO, Role, Server
+from bench.chaos.skeleton import REPO, Role
 
 SCALER = "autoscale-verify"  # the scaler's heartbeat replica name, and its Role in the skeleton
 PACED = "tests.verifier_fixtures:paced"
@@ -237,11 +237,10 @@ def autoscale_plan(rng: random.Random, quick: bool) -> list[tuple[str, object]]:
 
 
 def run_autoscale_scenario(root: Path, run: str, seed: int, quick: bool, only: list[str] = ()) -> dict:
-    from bench.chaos.run import _server_conf, play
+    from bench.chaos.run import play, scenario_server
 
     rng = random.Random(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    server = Server(root / "nats-store", conf=_server_conf(root / "nats.conf", 48), name=f"{run}-n1").start()
+    server = scenario_server(root, run)
     sc = AutoscaleScenario(root, run, seed=seed, servers=[server])
     records: list[dict] = []
     result: dict = {"scenario": "autoscale", "run": run, "seed": seed}

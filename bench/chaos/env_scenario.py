@@ -28,7 +28,6 @@ from pathlib import Path
 
 from bench.chaos import env_faults as EF
 from bench.chaos.scenario import Scenario
-from bench.chaos.skeleton import Server
 
 MIXED = "bench.chaos.env_episodes:Mixed"
 
@@ -61,11 +60,10 @@ def env_plan(rng: random.Random, quick: bool) -> list[tuple[str, object]]:
 
 
 def run_env_scenario(root: Path, run: str, seed: int, quick: bool, only: list[str] = ()) -> dict:
-    from bench.chaos.run import _server_conf, play
+    from bench.chaos.run import play, scenario_server
 
     rng = random.Random(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    server = Server(root / "nats-store", conf=_server_conf(root / "nats.conf", 48), name=f"{run}-n1").start()
+    server = scenario_server(root, run)
     openenv = EF.QuizServer(root).start()
     sc = EnvScenario(root, run, openenv, seed=seed, servers=[server])
     records: list[dict] = []

@@ -48,6 +48,12 @@ def _server_conf(path: Path, max_file_store_mib: int) -> Path:
     return path
 
 
+def scenario_server(root: Path, run: str) -> Server:
+    """A scenario's own nats-server (48 MiB of JetStream file store), started: what every scenario but the cluster uses."""
+    root.mkdir(parents=True, exist_ok=True)
+    return Server(root / "nats-store", conf=_server_conf(root / "nats.conf", 48), name=f"{run}-n1").start()
+
+
 def _mount_tmpfs(path: Path, mib: int) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
