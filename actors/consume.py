@@ -188,7 +188,14 @@ class Consumer(Generic[T]):
         self._free = concurrency
         self._room = anyio.Event()
         self._pulled_short = False  # the last pull came back with less than half the window
+        # A keep-alive must beat ack_wait, or long work is redelivered while still in hand (a second
+        # holder, and a delivery count that climbs toward poison_after with nobody at fault): the
+        # interval is at most a third of ack_wait, whatever the role's config asks.
         self.keep_alive_every_s = keep_alive_every_s
+        if keep_alive_every_s is not None and keep_alive_every_s > bus.cfg.ack_wait_s / 3:
+            self.keep_alive_every_s = bus.cfg.ack_wait_s / 3
+            log.warning("keep_alive_tightened", stage=stage, asked_s=keep_alive_every_s,
+                        every_s=round(self.keep_alive_every_s, 3), ack_wait_s=bus.cfg.ack_wait_s)
         # Messages in hand, being handled or held (``Hold``) until ``release``:
         # stream seq -> [msg, time of its last sign of life]. The ticker keeps them alive.
         self._held: dict[int | None, list] = {}

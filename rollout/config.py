@@ -40,7 +40,8 @@ class RolloutConfig(Struct, frozen=True, forbid_unknown_fields=True):
     engine: GenerationEngineConfig = TrivialEngineConfig()
     # Tasks one replica works on at once (the engine batches them continuously).
     max_inflight_tasks: Annotated[int, Meta(ge=1)] = 8
-    # Seconds between in_progress signals while a task is being generated.
+    # Seconds between in_progress signals while a task is being generated
+    # (at most a third of bus.ack_wait_s: a longer interval is tightened to that, with a warning).
     in_progress_every_s: Annotated[float, Meta(gt=0)] = 5.0
     # On a new policy: "between_steps" loads it when no generation is running
     # (in-flight groups finish on the old weights first); "abort_requeue" aborts

@@ -37,6 +37,16 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         return False
 
 
+def die_with(parent: int, sig: int = signal.SIGKILL) -> bool:
+    """``die_with_parent``, and whether ``parent`` is still this process's parent once the request holds.
+
+    False: the parent died before the request took effect (between its fork and this call), so its
+    death signal will never come, and the caller must stop now (a supervisor its rollout abandoned,
+    an agent its supervisor abandoned). Elsewhere than Linux, only the parent is compared."""
+    die_with_parent(sig)
+    return os.getppid() == parent
+
+
 def become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:

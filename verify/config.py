@@ -42,7 +42,8 @@ class VerifyConfig(Struct, frozen=True, forbid_unknown_fields=True):
     plugins: tuple[str, ...] = ()
     # Messages one replica holds at once (pulled, not yet acked); at least pool_size keeps workers busy.
     concurrency: Annotated[int, Meta(ge=1, le=4096)] = 8
-    # Seconds between in_progress signals for a message still being verified.
+    # Seconds between in_progress signals for a message still being verified
+    # (at most a third of bus.ack_wait_s: a longer interval is tightened to that, with a warning).
     in_progress_every_s: Seconds = 5.0
     # The sandbox code verifiers run untrusted programs in.
     sandbox: SandboxConfig = SandboxConfig()

@@ -88,6 +88,8 @@ def _alive(pid: int) -> bool:
 
 def _kill(pids: list[int]) -> None:
     for pid in pids:
+        if pid <= 1:  # an agent's parent reads 1 once it is orphaned: never init
+            continue
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -167,7 +169,13 @@ def agent_fault(sc, rng, mode: str) -> dict:
     elif reason != want_reason or want_detail not in detail:
         sc.violations.append(f"agent:{mode}: episode {episode} ended {reason} ({detail[:200]!r}); expected "
                              f"{want_reason} with {want_detail!r}")
-    left = _wait_gone([pid, claim["ppid"]], GONE_TIMEOUT_S)
+    watched = [pid]
+    if claim["ppid"] > 1 and claim["ppid"] != os.getpid():
+        watched.append(claim["ppid"])
+    else:  # its supervisor was gone before it started playing: it was never the rollout's to stop
+        sc.violations.append(f"agent:{mode}: the agent of {episode} ran orphaned (parent {claim['ppid']}: its "
+                             f"supervisor was gone before it claimed the fault)")
+    left = _wait_gone(watched, GONE_TIMEOUT_S)
     if left:
         sc.violations.append(f"agent:{mode}: the agent or its supervisor is still running after its episode "
                              f"ended: {left}")

@@ -5,7 +5,11 @@ a server SIGKILL) on an asyncio loop in a background thread. It records the
 last heartbeat of every replica, and reads streams without taking part: an
 ephemeral consumer with no acks for SCORED and DEAD (never the actors'
 durables), ``consumer_info`` for pending counts. Every call has a deadline
-and returns ``None`` (or raises ``ObserverError``) rather than hang.
+and returns ``None`` (or raises ``ObserverError``) rather than hang. A
+transient bus fault (``is_transient_bus_fault``: a 503 while a cluster elects
+a leader, a timeout while a server restarts) is retried, as the roles retry
+it, for at most ``TRANSIENT_RETRY_S``: the runner must not fail on what its
+own faults cause and the roles ride out.
 
 Not here: anything that changes the bus except the two faults that must
 (``delete_consumer``, ``purge``) and the filler of the store-full fault.
@@ -21,7 +25,11 @@ from typing import Any
 import nats
 from nats.js import api
 
+from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.protocol import DeadLetter, Heartbeat, RunNames, Scored, decode
+
+
+TRANSIENT_RETRY_S = 60.0  # how long a call rides out transient bus faults before ObserverError
 
 
 class ObserverError(RuntimeError):
@@ -53,11 +61,20 @@ class Observer:
 
     # --- plumbing ------------------------------------------------------------------
     def call(self, coro, timeout_s: float = 20.0):
-        fut = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout_s), self._loop)
-        try:
-            return fut.result(timeout_s + 5)
-        except Exception as e:
-            raise ObserverError(f"{type(e).__name__}: {e}") from e
+        """``coro``'s result within ``timeout_s``; a transient bus fault is retried (the coroutine made
+        again by ``coro`` when it is a callable) for at most ``TRANSIENT_RETRY_S``."""
+        deadline = time.monotonic() + TRANSIENT_RETRY_S
+        wait = 0.2
+        while True:
+            fut = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro() if callable(coro) else coro, timeout_s),
+                                                   self._loop)
+            try:
+                return fut.result(timeout_s + 5)
+            except Exception as e:
+                if not (callable(coro) and is_transient_bus_fault(e) and time.monotonic() + wait < deadline):
+                    raise ObserverError(f"{type(e).__name__}: {e}") from e
+            time.sleep(wait)  # a backoff between retries, not synchronisation
+            wait = min(2.0, wait * 2)
 
     def try_call(self, coro, timeout_s: float = 20.0, default=None):
         try:
@@ -110,10 +127,10 @@ class Observer:
 
     # --- streams -------------------------------------------------------------------
     def stream_state(self, kind: str) -> Any:
-        return self.try_call(self.js.stream_info(self.names.stream(kind)), timeout_s=8)
+        return self.try_call(lambda: self.js.stream_info(self.names.stream(kind)), timeout_s=8)
 
     def consumer_info(self, kind: str, durable: str) -> Any:
-        return self.try_call(self.js.consumer_info(self.names.stream(kind), durable), timeout_s=8)
+        return self.try_call(lambda: self.js.consumer_info(self.names.stream(kind), durable), timeout_s=8)
 
     def _read(self, kind: str, start: int, upto: int) -> list[tuple[int, bytes]]:
         async def go():
@@ -139,7 +156,7 @@ class Observer:
                 await sub.unsubscribe()
             return out
 
-        return self.call(go(), timeout_s=60)
+        return self.call(go, timeout_s=60)
 
     def read_scored(self) -> dict[int, ScoredCopy]:
         """Read SCORED messages not read yet (incrementally: retention may remove them later) and
@@ -178,11 +195,11 @@ class Observer:
         return bool(self.try_call(self.js.delete_consumer(self.names.stream(kind), durable), timeout_s=8))
 
     def purge(self, kind: str, keep: int | None = None, upto_seq: int | None = None) -> None:
-        self.call(self.js.purge_stream(self.names.stream(kind), keep=keep, seq=upto_seq), timeout_s=10)
+        self.call(lambda: self.js.purge_stream(self.names.stream(kind), keep=keep, seq=upto_seq), timeout_s=10)
 
     def publish(self, subject: str, data: bytes, msg_id: str | None = None) -> Any:
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        return self.call(self.js.publish(subject, data, headers=headers), timeout_s=10)
+        return self.call(lambda: self.js.publish(subject, data, headers=headers), timeout_s=10)
 
     def max_payload(self) -> int:
         return int(self._nc.max_payload)

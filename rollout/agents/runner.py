@@ -287,8 +287,8 @@ class AgentRunner:
                 task_file = os.path.join(tmp, "task.json")
                 with open(task_file, "wb") as f:
                     f.write(data)
-            argv = [sys.executable, "-P", "-m", "rlvr.rollout.agents.supervise", "--", self.program,
-                    *self.cfg.command[1:]]
+            argv = [sys.executable, "-P", "-m", "rlvr.rollout.agents.supervise", "--parent", str(os.getpid()),
+                    "--", self.program, *self.cfg.command[1:]]
             proc = await anyio.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, env=episode_env(self.cfg, client, task_file),
                                             cwd=self.cfg.cwd or None, start_new_session=True)

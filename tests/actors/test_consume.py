@@ -240,6 +240,13 @@ def test_without_keep_alive_a_message_held_past_ack_wait_is_redelivered(nats_ser
     assert _held_past_ack_wait(nats_server, keep_alive_every_s=None)[:2] == [1, 2]
 
 
+def test_a_keep_alive_slower_than_ack_wait_is_tightened_so_long_work_is_never_redelivered(nats_server):
+    """A role's in_progress_every_s (5 s by default) above a third of ack_wait (1 s here; the chaos runs
+    use 2 s) would let the server redeliver work still in hand: each expiry one more delivery, until a
+    good message is dead-lettered as a poison pill (the quick chaos run's unexplained letter)."""
+    assert _held_past_ack_wait(nats_server, keep_alive_every_s=5.0) == [1]
+
+
 def test_pulls_are_batched_at_half_the_window(nats_server):
     """A pull per free slot would be a round trip per message; the loop
     waits for half the window (or a short linger) and pulls that many."""
