@@ -14,7 +14,8 @@
 3. One evaluation function (bench/vs_trl/evaluate.py) scores every snapshot of both on the same
    held-out prompts, afterwards, outside the timed runs.
 4. The limit (bench/vs_trl/limit.py): a tight forward+backward loop of the same batch.
-5. bench/results/vs_trl.jsonl (one line per run, one summary line) and bench/results/vs_trl.md.
+5. bench/results/vs_trl.jsonl (one line per run, one summary line) and bench/results/vs_trl.md
+   (vs_trl_smollm2.md for ``--model smollm2``).
 
 Not covered: GPUs, vLLM inside TRL, multi-node; TRL's own eval loop (it is not used: both are scored
 by the one function here).
@@ -55,6 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--results", type=Path, default=HERE / "results", help="where vs_trl.jsonl and .md go")
     ap.add_argument("--only", choices=report.FRAMEWORKS, help="run one framework (a smoke check)")
     ap.add_argument("--no-limit", action="store_true", help="skip the tight-loop limit")
+    ap.add_argument("--note", default="", help="what else ran on the machine, written beside the loads")
     a = ap.parse_args(argv)
     big = a.model == "smollm2"
     a.budget_s = a.budget_s or (900.0 if big else 300.0)
@@ -193,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         "budget_s": args.budget_s, "repeats": args.repeats, "threads": args.threads,
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, no GPU",
         "loads_before": ", ".join(f"{r['framework']} r{r['repeat']} {r['load1_before']}" for r in runs),
-        "shared_note": "the machine was shared with other work during these runs (the load before a run is "
-                       "what the others used), so wall times carry that noise.",
+        "shared_note": args.note or "(the load before a run includes the run before it; anything above 2 is "
+                                    "other work on the machine, and wall times carry that noise)",
         "versions": versions(), "eval_prompts": args.eval_prompts, "eval_n": args.eval_n,
         "temperature": task.temperature, "base_pass_at_1": base,
     }
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(json.dumps({k: v for k, v in run.items() if k != "snapshots"}) + "\n")
             f.write(json.dumps({"summary": True, **meta, "median": med, "ratio": ratio, "limit": limit}) + "\n")
         md = report.markdown(meta, settings.table(task.cfg), settings.DIFFERENCES, runs, med, ratio, limit)
-        (args.results / "vs_trl.md").write_text(md)
+        (args.results / ("vs_trl.md" if args.model == "builtin" else f"vs_trl_{args.model}.md")).write_text(md)
         print(md)
     else:
         print(json.dumps({"median": med, "limit": limit}, indent=1))

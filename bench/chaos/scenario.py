@@ -273,6 +273,8 @@ class Scenario:
         return out
 
     def _unsettled_complete_groups(self) -> int:
+        """The steps the drain learner can still make: complete groups on SCORED none of whose members
+        the ledger settled."""
         committed = read_committed(self.out)
         settled = {sid for e in committed.entries for sid in (*e.trained, *e.dropped)}
         groups: dict[str, set[str]] = defaultdict(set)
@@ -281,7 +283,9 @@ class Scenario:
             if c.purpose == "train" and not is_injected(c.task_id) and c.sample_id not in self.retention_purged:
                 groups[c.group_id].add(c.sample_id)
                 size[c.group_id] = c.group_size
-        return sum(1 for g, ids in groups.items() if len(ids) >= size[g] and not ids <= settled)
+        # A group with any member settled cannot make a step: trained as a whole, or already dropped as
+        # partial (its last members came after group_timeout_s, and the learner drops them when they do).
+        return sum(1 for g, ids in groups.items() if len(ids) >= size[g] and ids.isdisjoint(settled))
 
     def close(self) -> None:
         self.sk.stop_all()
