@@ -94,18 +94,8 @@ from rlvr.actors.error_text import error_text  # noqa: F401 - re-exported
 from rlvr.actors.admission import DEAD_KINDS, Admission, MessageRefused, MessageRepublished
 from rlvr.actors.bus import Bus
 from rlvr.actors.bus_faults import is_transient_bus_fault
-from rlvr.actors.delivery import (
-    Ack,
-    ActorFatalError,
-    ConsumerStats,
-    ConsumerUnavailableError,
-    Delivery,
-    Forward,
-    Hold,
-    Nak,
-    Outcome,
-    Term,
-)
+from rlvr.actors.delivery import (Ack, ActorFatalError, ConsumerStats, ConsumerUnavailableError, Delivery, Forward,
+                                  Hold, Nak, Outcome, Term)
 from rlvr.actors.logs import bind_message, get_logger
 from rlvr.actors.retry import FOREVER, call_retrying
 from rlvr.actors.settle import dead_letter_and_term, safely, stream_seq
@@ -188,12 +178,10 @@ class Consumer(Generic[T]):
         self._free = concurrency
         self._room = anyio.Event()
         self._pulled_short = False  # the last pull came back with less than half the window
-        # A keep-alive must beat ack_wait, or long work is redelivered while still in hand (a second
-        # holder, and a delivery count that climbs toward poison_after with nobody at fault): the
-        # interval is at most a third of ack_wait, whatever the role's config asks.
-        self.keep_alive_every_s = keep_alive_every_s
-        if keep_alive_every_s is not None and keep_alive_every_s > bus.cfg.ack_wait_s / 3:
-            self.keep_alive_every_s = bus.cfg.ack_wait_s / 3
+        # At most a third of ack_wait, whatever the role asks: a slower keep-alive lets work still in hand be
+        # redelivered, its delivery count climbing toward poison_after with nobody at fault.
+        self.keep_alive_every_s = keep_alive_every_s and min(keep_alive_every_s, bus.cfg.ack_wait_s / 3)
+        if keep_alive_every_s and keep_alive_every_s > bus.cfg.ack_wait_s / 3:
             log.warning("keep_alive_tightened", stage=stage, asked_s=keep_alive_every_s,
                         every_s=round(self.keep_alive_every_s, 3), ack_wait_s=bus.cfg.ack_wait_s)
         # Messages in hand, being handled or held (``Hold``) until ``release``:
