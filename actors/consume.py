@@ -180,10 +180,11 @@ class Consumer(Generic[T]):
         self._pulled_short = False  # the last pull came back with less than half the window
         # At most a third of ack_wait, whatever the role asks: a slower keep-alive lets work still in hand be
         # redelivered, its delivery count climbing toward poison_after with nobody at fault.
-        self.keep_alive_every_s = keep_alive_every_s and min(keep_alive_every_s, bus.cfg.ack_wait_s / 3)
-        if keep_alive_every_s and keep_alive_every_s > bus.cfg.ack_wait_s / 3:
-            log.warning("keep_alive_tightened", stage=stage, asked_s=keep_alive_every_s,
-                        every_s=round(self.keep_alive_every_s, 3), ack_wait_s=bus.cfg.ack_wait_s)
+        self.keep_alive_every_s, most = keep_alive_every_s, bus.cfg.ack_wait_s / 3
+        if keep_alive_every_s and keep_alive_every_s > most:
+            self.keep_alive_every_s = most
+            log.warning("keep_alive_tightened", stage=stage, asked_s=keep_alive_every_s, every_s=round(most, 3),
+                        ack_wait_s=bus.cfg.ack_wait_s)
         # Messages in hand, being handled or held (``Hold``) until ``release``:
         # stream seq -> [msg, time of its last sign of life]. The ticker keeps them alive.
         self._held: dict[int | None, list] = {}

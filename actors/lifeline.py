@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
-from rlvr.sandbox.reaper import die_with, die_with_parent
+from rlvr.sandbox.reaper import die_with_parent
 
 UP_PID_ENV = "RLVR_UP_PID"
 
@@ -35,9 +34,9 @@ def follow_up(sig: int = signal.SIGTERM) -> bool:
     Returns whether this process now follows ``up``.
     """
     parent = os.environ.get(UP_PID_ENV)
-    if not parent or not sys.platform.startswith("linux"):
+    if not parent or not die_with_parent(sig):
         return False
-    if not die_with(int(parent), sig):
+    if os.getppid() != int(parent):
         os.kill(os.getpid(), sig)
     return True
 

@@ -170,7 +170,7 @@ def agent_fault(sc, rng, mode: str) -> dict:
         sc.violations.append(f"agent:{mode}: episode {episode} ended {reason} ({detail[:200]!r}); expected "
                              f"{want_reason} with {want_detail!r}")
     watched = [pid]
-    if claim["ppid"] > 1 and claim["ppid"] != os.getpid():
+    if claim["ppid"] > 1:
         watched.append(claim["ppid"])
     else:  # its supervisor was gone before it started playing: it was never the rollout's to stop
         sc.violations.append(f"agent:{mode}: the agent of {episode} ran orphaned (parent {claim['ppid']}: its "

@@ -7,8 +7,8 @@ ephemeral consumer with no acks for SCORED and DEAD (never the actors'
 durables), ``consumer_info`` for pending counts. Every call has a deadline
 and returns ``None`` (or raises ``ObserverError``) rather than hang. A
 transient bus fault (``is_transient_bus_fault``: a 503 while a cluster elects
-a leader, a timeout while a server restarts) is retried, as the roles retry
-it, for at most ``TRANSIENT_RETRY_S``: the runner must not fail on what its
+a leader, a timeout while a server restarts) is retried, with the roles' own
+policy (``rlvr.actors.retry``), for at most ``TRANSIENT_RETRY_S``: the runner must not fail on what its
 own faults cause and the roles ride out.
 
 Not here: anything that changes the bus except the two faults that must
@@ -25,7 +25,7 @@ from typing import Any
 import nats
 from nats.js import api
 
-from rlvr.actors.bus_faults import is_transient_bus_fault
+from rlvr.actors.retry import call_retrying
 from rlvr.protocol import DeadLetter, Heartbeat, RunNames, Scored, decode
 
 
@@ -61,20 +61,15 @@ class Observer:
 
     # --- plumbing ------------------------------------------------------------------
     def call(self, coro, timeout_s: float = 20.0):
-        """``coro``'s result within ``timeout_s``; a transient bus fault is retried (the coroutine made
-        again by ``coro`` when it is a callable) for at most ``TRANSIENT_RETRY_S``."""
-        deadline = time.monotonic() + TRANSIENT_RETRY_S
-        wait = 0.2
-        while True:
-            fut = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro() if callable(coro) else coro, timeout_s),
-                                                   self._loop)
-            try:
-                return fut.result(timeout_s + 5)
-            except Exception as e:
-                if not (callable(coro) and is_transient_bus_fault(e) and time.monotonic() + wait < deadline):
-                    raise ObserverError(f"{type(e).__name__}: {e}") from e
-            time.sleep(wait)  # a backoff between retries, not synchronisation
-            wait = min(2.0, wait * 2)
+        """``coro``'s result within ``timeout_s``. Given a callable that makes the coroutine, a transient bus
+        fault is retried by the project's one retry policy (``call_retrying``) for ``TRANSIENT_RETRY_S``."""
+        work = (call_retrying("chaos_observer", lambda: asyncio.wait_for(coro(), timeout_s), until=TRANSIENT_RETRY_S)
+                if callable(coro) else asyncio.wait_for(coro, timeout_s))
+        fut = asyncio.run_coroutine_threadsafe(work, self._loop)
+        try:
+            return fut.result(timeout_s + TRANSIENT_RETRY_S + 5 if callable(coro) else timeout_s + 5)
+        except Exception as e:
+            raise ObserverError(f"{type(e).__name__}: {e}") from e
 
     def try_call(self, coro, timeout_s: float = 20.0, default=None):
         try:

@@ -16,6 +16,7 @@ import time
 import psutil
 
 from tests.conftest import wait_for
+from tests.rollout.agents import agent_scripts
 
 SUPERVISE = [sys.executable, "-P", "-m", "rlvr.rollout.agents.supervise"]
 SLEEP = shutil.which("sleep") or "/bin/sleep"
@@ -74,3 +75,24 @@ def test_a_stop_that_comes_while_the_agent_is_being_started_leaves_no_agent_behi
             left.append(agent)
             os.kill(agent, signal.SIGKILL)
     assert left == []
+
+
+def test_a_rollout_sigkilled_under_a_hostile_agent_leaves_none_of_its_processes(tmp_path):
+    """The agent of tests/rollout/agents/agent_scripts.py that escapes: a daemon in a session of its own
+    (outside the agent's process group), a child in the group, then hangs. Its rollout (a process that
+    starts the supervisor as rollout/agents/runner.py does, with its own pid) is SIGKILLed: the supervisor
+    gets SIGTERM from the kernel and every process of the agent's dies, the escaped one too."""
+    script = agent_scripts.write(tmp_path, "hang.py", agent_scripts.hanging_agent("hang"))
+    out = tmp_path / "pids"
+    rollout = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, signal, subprocess, sys; "
+         f"subprocess.Popen({SUPERVISE!r} + ['--parent', str(os.getpid()), '--', sys.executable, {str(script)!r}]); "
+         "signal.pause()"],
+        env=dict(os.environ, AGENT_OUT=str(out)),
+    )
+    wait_for(lambda: out.exists() and len(out.read_text().split()) == 3, what="the agent to write its pids")
+    pids = [int(p) for p in out.read_text().split()]
+    rollout.kill()
+    rollout.wait(timeout=30)
+    wait_for(lambda: not any(_alive(p) for p in pids), timeout_s=30, what="every process of the agent to die")
