@@ -3,6 +3,7 @@ and the stage table: parsing, merging each stage's overrides into [learn], error
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from rlvr.cli.run_config import ConfigError, load_config
@@ -120,3 +121,25 @@ def test_copies_a_resumed_sampler_meets_are_not_counted_as_samples_dropped_befor
     assert dropped_before_the_filters(real) == 3
     older = {"drops": {"partial": 2, "conflict": 2, "duplicate": 1, "late_duplicate": 4}}  # no `samples`
     assert dropped_before_the_filters(older) == 2
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_chaos_sampling_stage_keeps_samples_however_little_the_warm_up_taught(tmp_path, quick):
+    # CI once failed the quick chaos run here: a 20-step warm-up on another CPU ended none of its 24
+    # answers within the 7-token limit, the stage dropped all 24 as truncated and, rightly, refused to
+    # train on nothing. The scenario is about kills and custody; what it keeps must not hang on that.
+    from bench.chaos.stages_scenario import stages_config
+    from rlvr.learner.data.rejection import select
+    from rlvr.protocol.tasks import VerifierSpec
+    from rlvr.verify.registry import resolve
+
+    cfg = load_config(write_config(tmp_path / "c.json", stages_config("t", quick)))
+    i, stage = next((i, s) for i, s in enumerate(cfg.stages) if isinstance(s, RejectionSFTStage))
+    spec = stage_learn(cfg.learn, stage, i).train_verifier
+    verifier = resolve(VerifierSpec(name=spec.name, params=dict(spec.params)))
+    cut = ["1111111", "-+=3+-1", "=======", "+-+-+-+"]  # 7 tokens each, no EOS: finish_reason "length"
+    records = [{"sample_id": f"g{p}/{j}", "dataset": "arith", "index": p, "prompt": "3+4=", "prompt_ids": [1],
+                "text": text, "completion_ids": [j] * 7, "finish_reason": "length",
+                "verdict": msgspec.to_builtins(verifier(text))} for p in range(6) for j, text in enumerate(cut)]
+    kept, counts = select(records, stage.filters)
+    assert counts["truncated"] == counts["rejected"] == 0 and counts["kept"] == len(kept) == 6 * 2, counts
