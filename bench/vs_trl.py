@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--only", choices=report.FRAMEWORKS, help="run one framework (a smoke check)")
     ap.add_argument("--no-limit", action="store_true", help="skip the tight-loop limit")
     ap.add_argument("--note", default="", help="what else ran on the machine, written beside the loads")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one key of the task's config for both frameworks, as `up --set` takes it "
+                         "(repeatable; TRL takes what it has an equivalent for), e.g. --set learn.dynamic_sampling=false")
     a = ap.parse_args(argv)
     big = a.model == "smollm2"
     a.budget_s = a.budget_s or (900.0 if big else 300.0)
@@ -96,7 +100,7 @@ def run_trl(args, model_dir: Path, out: Path, cfg) -> dict:
     launched = time.time()
     spec = {"model": args.model, "model_dir": str(model_dir), "out": str(out), "threads": args.threads,
             "budget_s": args.budget_s, "launched": launched, "keep_every": args.keep_every,
-            "trl_args": settings.trl_args(cfg)}
+            "sets": args.set, "trl_args": settings.trl_args(cfg)}
     (out / "spec.json").write_text(json.dumps(spec, indent=1))
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(HERE), "PYTHONUNBUFFERED": "1"}
     with open(out.parent / f"{out.name}.log", "wb") as log:
@@ -118,7 +122,7 @@ def run_one(args, framework: str, repeat: int, model_dir: Path, task) -> dict:
     print(f"[vs_trl] repeat {repeat}: {framework}, {args.budget_s:g} s (load {load_before})", flush=True)
     if framework == "rlvr-actor":
         config = run_rlvr.write_config(config_path(args.model), model_dir, out, keep_every=args.keep_every)
-        run = run_rlvr.run(config, out / "run", args.budget_s)
+        run = run_rlvr.run(config, out / "run", args.budget_s, sets=args.set)
     else:
         run = run_trl(args, model_dir, out, task.cfg)
     return {"framework": framework, "repeat": repeat, "load1_before": load_before, **run}
@@ -167,7 +171,9 @@ def versions() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    task = Task.load(args.model)
+    from rlvr.cli.commands.up import parse_sets
+
+    task = Task.load(args.model, overrides=parse_sets(args.set))
     model_dir = checkpoint(args)
     frameworks = [args.only] if args.only else list(report.FRAMEWORKS)
     runs = []
@@ -190,14 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     med = {fw: report.median_figures([r["figures"] for r in runs if r["framework"] == fw]) for fw in frameworks}
     ratio = report.ratios(med["rlvr-actor"], med["trl"]) if len(frameworks) == 2 else {}
     meta = {
-        "command": "OMP_NUM_THREADS=1 python bench/vs_trl.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 python bench/vs_trl.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": args.model,
         "budget_s": args.budget_s, "repeats": args.repeats, "threads": args.threads,
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, no GPU",
         "loads_before": ", ".join(f"{r['framework']} r{r['repeat']} {r['load1_before']}" for r in runs),
         "shared_note": args.note or "(the load before a run includes the run before it; anything above 2 is "
                                     "other work on the machine, and wall times carry that noise)",
-        "versions": versions(), "eval_prompts": args.eval_prompts, "eval_n": args.eval_n,
+        "sets": args.set, "versions": versions(), "eval_prompts": args.eval_prompts, "eval_n": args.eval_n,
         "temperature": task.temperature, "base_pass_at_1": base,
     }
     if len(frameworks) == 2:
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in runs:
                 f.write(json.dumps({k: v for k, v in run.items() if k != "snapshots"}) + "\n")
             f.write(json.dumps({"summary": True, **meta, "median": med, "ratio": ratio, "limit": limit}) + "\n")
-        md = report.markdown(meta, settings.table(task.cfg), settings.DIFFERENCES, runs, med, ratio, limit)
+        md = report.markdown(meta, settings.table(task.cfg), settings.differences(task.cfg), runs, med, ratio, limit)
         (args.results / ("vs_trl.md" if args.model == "builtin" else f"vs_trl_{args.model}.md")).write_text(md)
         print(md)
     else:

@@ -39,10 +39,17 @@ def write_config(config: Path, model_dir: Path, out: Path, *, keep_every: int) -
     return path
 
 
-def run(config_json: Path, run_dir: Path, budget_s: float, *, stop_grace_s: float = 90) -> dict:
-    """Start ``up``, stop it at ``budget_s`` after the launch, and return what it left and cost."""
-    cmd = [sys.executable, "-m", "rlvr.cli.main", "up", "--config", str(config_json), "--run-dir", str(run_dir),
-           "--display", "plain"]
+def up_command(config_json: Path, run_dir: Path, sets: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """``rlvr-actor up`` on the written config, each of ``sets`` (``KEY=VALUE``) as an ``--set``."""
+    return [sys.executable, "-m", "rlvr.cli.main", "up", "--config", str(config_json), "--run-dir", str(run_dir),
+            "--display", "plain", *(a for item in sets for a in ("--set", item))]
+
+
+def run(config_json: Path, run_dir: Path, budget_s: float, *, stop_grace_s: float = 90,
+        sets: list[str] | tuple[str, ...] = ()) -> dict:
+    """Start ``up`` (with ``sets`` as its ``--set`` overrides), stop it at ``budget_s`` after the launch,
+    and return what it left and cost."""
+    cmd = up_command(config_json, run_dir, sets)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     run_dir.mkdir(parents=True, exist_ok=True)
     launched = time.time()

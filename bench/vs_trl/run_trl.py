@@ -29,7 +29,9 @@ def main(spec_path: str) -> int:
     from vs_trl.task import RewardFn, Task, prompt_for_trl
 
     launched, budget_s, out = spec["launched"], spec["budget_s"], Path(spec["out"])
-    task = Task.load(spec["model"])
+    from rlvr.cli.commands.up import parse_sets
+
+    task = Task.load(spec["model"], overrides=parse_sets(spec.get("sets", [])))
     reward = RewardFn(task.train, task.max_tokens)
     data = Dataset.from_list([{"prompt": prompt_for_trl(s.prompt), "index": i} for i, s in enumerate(task.train)])
     model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)

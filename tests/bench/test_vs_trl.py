@@ -211,3 +211,24 @@ def test_profile_splits_the_learners_wall_time(tmp_path):
     run = {"steps": 4, "wall_s": 20.0, "train_s": 2.0, "wait_s": 1.0, "publish_s": 0.2}
     b = profile.breakdown(run, got, launched)
     assert (b["startup_s"], b["other_s"], b["train_per_step_s"], b["generate_per_call_s"]) == (12.0, 4.8, 0.5, 0.25)
+
+
+def test_a_set_override_reaches_both_frameworks_and_the_report(tmp_path):
+    import importlib.util
+
+    from vs_trl import run_rlvr, settings
+    from vs_trl.task import Task
+
+    sets = ["learn.dynamic_sampling=false", "learn.engine.optimizer.lr=5e-5"]
+    spec = importlib.util.spec_from_file_location("vs_trl_script", REPO / "bench" / "vs_trl.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = script.parse_args(["--set", sets[0], "--set", sets[1], "--work", str(tmp_path)])
+    from rlvr.cli.commands.up import parse_sets
+
+    cfg = Task.load("builtin", overrides=parse_sets(args.set)).cfg
+    assert settings.trl_args(cfg)["learning_rate"] == 5e-5  # TRL's settings come from the same config
+    assert settings.differences(cfg)[0][1].startswith("off")
+    assert settings.differences(Task.load("builtin").cfg)[0][1].startswith("on")
+    cmd = run_rlvr.up_command(tmp_path / "c.json", tmp_path / "run", args.set)
+    assert cmd[cmd.index("up"):][-4:] == ["--set", sets[0], "--set", sets[1]]  # and rlvr-actor's `up`
