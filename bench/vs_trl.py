@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--note", default="", help="what else ran on the machine, written beside the loads")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one key of the task's config for both frameworks, as `up --set` takes it "
-                         "(repeatable; TRL takes what it has an equivalent for), e.g. --set learn.dynamic_sampling=false")
+                         "(repeatable; TRL takes what it has an equivalent for; the built-in cold start is prepared from "
+                         "the unchanged config), e.g. --set learn.dynamic_sampling=false")
     a = ap.parse_args(argv)
     big = a.model == "smollm2"
     a.budget_s = a.budget_s or (900.0 if big else 300.0)
