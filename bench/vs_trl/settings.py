@@ -65,15 +65,6 @@ def table(cfg) -> list[tuple[str, str, str]]:
     ]
 
 
-def differences(cfg) -> list[tuple[str, str, str]]:
-    """``DIFFERENCES`` with the dynamic-sampling row as ``cfg`` sets it (``--set learn.dynamic_sampling=false``
-    makes rlvr-actor train zero-variance groups at advantage 0, as TRL does)."""
-    if cfg.learn.dynamic_sampling:
-        return DIFFERENCES
-    return [("dynamic sampling (drop zero-variance groups)", "off (`learn.dynamic_sampling = false`): such groups "
-             "are trained at advantage 0, as in TRL", "not offered (the same)"), *DIFFERENCES[1:]]
-
-
 DIFFERENCES = [
     ("dynamic sampling (drop zero-variance groups)", "on: a step waits for B groups with signal",
      "not offered: such groups get advantage 0 and still cost generation and a forward+backward, and "
@@ -85,3 +76,12 @@ DIFFERENCES = [
     ("reward", "the verifier actors (exact + 0.2 format; math + 0.2 format for SmolLM2)",
      "the same verifier called in process as a TRL reward function"),
 ]
+
+
+def differences(cfg) -> list[tuple[str, str, str]]:
+    """``DIFFERENCES`` with the dynamic-sampling row as ``cfg`` sets it (``--set learn.dynamic_sampling=false``
+    makes rlvr-actor train zero-variance groups at advantage 0, as TRL does)."""
+    if cfg.learn.dynamic_sampling:
+        return DIFFERENCES
+    return [("dynamic sampling (drop zero-variance groups)", "off (`learn.dynamic_sampling = false`): such groups "
+             "are trained at advantage 0, as in TRL", "not offered (the same)"), *DIFFERENCES[1:]]

@@ -216,6 +216,7 @@ def test_profile_splits_the_learners_wall_time(tmp_path):
 def test_a_set_override_reaches_both_frameworks_and_the_report(tmp_path):
     import importlib.util
 
+    from rlvr.cli.commands.up import parse_sets
     from vs_trl import run_rlvr, settings
     from vs_trl.task import Task
 
@@ -224,8 +225,6 @@ def test_a_set_override_reaches_both_frameworks_and_the_report(tmp_path):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     args = script.parse_args(["--set", sets[0], "--set", sets[1], "--work", str(tmp_path)])
-    from rlvr.cli.commands.up import parse_sets
-
     cfg = Task.load("builtin", overrides=parse_sets(args.set)).cfg
     assert settings.trl_args(cfg)["learning_rate"] == 5e-5  # TRL's settings come from the same config
     assert settings.differences(cfg)[0][1].startswith("off")

@@ -3,6 +3,9 @@ and the stage table: parsing, merging each stage's overrides into [learn], error
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import msgspec
 import pytest
 
@@ -123,23 +126,46 @@ def test_copies_a_resumed_sampler_meets_are_not_counted_as_samples_dropped_befor
     assert dropped_before_the_filters(older) == 2
 
 
+def _chaos_sampling_stage(tmp_path, quick: bool):
+    """The quick or full chaos run's rejection stage (bench/chaos/stages_scenario.py): its filters and its
+    train verifier, resolved as the sampling learner resolves it."""
+    from bench.chaos.stages_scenario import stages_config
+    from rlvr.verify.registry import resolve
+
+    cfg = load_config(write_config(tmp_path / "c.json", stages_config("t", quick)))
+    i, stage = next((i, s) for i, s in enumerate(cfg.stages) if isinstance(s, RejectionSFTStage))
+    return stage.filters, resolve(stage_learn(cfg.learn, stage, i).train_verifier)
+
+
 @pytest.mark.parametrize("quick", [True, False])
 def test_the_chaos_sampling_stage_keeps_samples_however_little_the_warm_up_taught(tmp_path, quick):
     # CI once failed the quick chaos run here: a 20-step warm-up on another CPU ended none of its 24
     # answers within the 7-token limit, the stage dropped all 24 as truncated and, rightly, refused to
     # train on nothing. The scenario is about kills and custody; what it keeps must not hang on that.
-    from bench.chaos.stages_scenario import stages_config
     from rlvr.learner.data.rejection import select
-    from rlvr.protocol.tasks import VerifierSpec
-    from rlvr.verify.registry import resolve
 
-    cfg = load_config(write_config(tmp_path / "c.json", stages_config("t", quick)))
-    i, stage = next((i, s) for i, s in enumerate(cfg.stages) if isinstance(s, RejectionSFTStage))
-    spec = stage_learn(cfg.learn, stage, i).train_verifier
-    verifier = resolve(VerifierSpec(name=spec.name, params=dict(spec.params)))
+    filters, verifier = _chaos_sampling_stage(tmp_path, quick)
     cut = ["1111111", "-+=3+-1", "=======", "+-+-+-+"]  # 7 tokens each, no EOS: finish_reason "length"
     records = [{"sample_id": f"g{p}/{j}", "dataset": "arith", "index": p, "prompt": "3+4=", "prompt_ids": [1],
                 "text": text, "completion_ids": [j] * 7, "finish_reason": "length",
                 "verdict": msgspec.to_builtins(verifier(text))} for p in range(6) for j, text in enumerate(cut)]
-    kept, counts = select(records, stage.filters)
+    kept, counts = select(records, filters)
     assert counts["truncated"] == counts["rejected"] == 0 and counts["kept"] == len(kept) == 6 * 2, counts
+
+
+def test_the_chaos_sampling_stage_keeps_what_a_real_20_step_warm_up_wrote(tmp_path):
+    # The 24 samples the quick run's sampler dumped on this machine (tests/data/real_answers/README.md):
+    # 20 cut by the limit, one empty. Scored again by the scenario's verifier, every prompt keeps what
+    # filters.max_per_prompt allows of its non-empty answers; only the empty one is rejected.
+    from collections import Counter
+
+    from rlvr.learner.data.rejection import select
+
+    filters, verifier = _chaos_sampling_stage(tmp_path, quick=True)
+    lines = (Path(__file__).parents[1] / "data" / "real_answers" / "chaos_warmup_dumps.jsonl").read_text()
+    records = [{**r, "verdict": msgspec.to_builtins(verifier(r["text"]))} for r in map(json.loads, lines.splitlines())]
+    assert sum(r["finish_reason"] == "length" for r in records) == 20  # what made the old filters keep ~nothing
+    non_empty = Counter(r["index"] for r in records if r["text"])
+    kept, counts = select(records, filters)
+    assert counts["truncated"] == 0 and counts["rejected"] == len(records) - sum(non_empty.values()) == 1, counts
+    assert counts["kept"] == len(kept) == sum(min(n, filters.max_per_prompt) for n in non_empty.values()), counts
