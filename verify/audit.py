@@ -9,8 +9,11 @@ or a bare answer), ``gold`` (``tests`` for code), an optional ``label`` (true
 when the response is correct) and optional ``params`` (merged over the
 command's ``--params``); for reward functions that read more, optional
 ``prompt``, ``record`` (TRL's columns, verl's ``data_source`` and
-``extra_info``) and ``dataset``. ``gold`` / ``tests`` go into the verifier's params;
-for ``composite`` into its first (accuracy) part.
+``extra_info``), ``dataset`` and ``completion_ids`` (TRL's). ``gold`` /
+``tests`` go into the verifier's params; for ``composite`` into its first
+(accuracy) part. A case without ``gold`` for a verl function, which always
+takes a ground truth, is a ``spec_error`` that names the case, and the
+command exits 1.
 
 Output, one line per case in input order: ``id, reward, outcome, extracted,
 latency_ms`` (and ``detail`` when the verifier gave one, and ``route`` when
@@ -54,12 +57,16 @@ class AuditCase(Struct, frozen=True):
     prompt: str | list[dict[str, str]] | None = None
     record: dict[str, Any] = {}
     dataset: str = ""
+    # The response's token ids, for functions that read them (TRL's completion_ids); a function
+    # that declares completion_ids scores a case without them as an error, never as a length of 0.
+    completion_ids: list[int] = []
 
     def context(self) -> VerifyContext:
         prompt = self.prompt
         if isinstance(prompt, list):
             prompt = [ChatMessage(m["role"], m["content"]) for m in prompt]  # type: ignore[arg-type]
-        return VerifyContext(prompt=prompt, record=self.record, dataset=self.dataset)
+        return VerifyContext(prompt=prompt, record=self.record, dataset=self.dataset,
+                             completion_ids=self.completion_ids)
 
 
 class AuditRow(Struct, frozen=True, omit_defaults=True):

@@ -17,8 +17,8 @@ Names are looked up in two places, in order:
 A message never makes this process import anything: a name that is neither
 (``"unittest.__main__:x"``, a module planted in the working directory) is a
 ``VerifierSpecError``, and the actor dead-letters the message with its reason.
-A plug-in is a ``Verifier`` object, or a reward function with verl's or TRL's
-signature (``rlvr.verify.reward_fns`` wraps it); a config cannot name any
+A plug-in is a ``Verifier`` object, or a reward function called as verl or TRL
+calls it (``rlvr.verify.reward_fns`` binds it); a config cannot name any
 other callable.
 
 This module does not run anything in another process or under a timeout:
@@ -358,7 +358,7 @@ def _import_verifier(path: str) -> Verifier:
         obj = import_attr(path)
     except PluginImportError as e:
         raise VerifierPluginError(f"plug-in {e}") from None
-    from rlvr.verify.reward_fns import adapt  # verl- and TRL-style functions become Verifiers
+    from rlvr.verify.reward_fns import adapt  # verl's and TRL's functions become Verifiers
 
     return adapt(obj, path)
 

@@ -45,7 +45,7 @@ CASES = [
     (f"{TRL}:async_reward_func", "6*7?", {}, None, [("42", True), ("41", False)]),
     (f"{TRL}:scheduled_reward", "?", {}, None, [("the answer", True), ("no", False)]),
     (f"{TRL}:logging_reward", "?", {}, None, [("short", True), ("long " * 20, False)]),
-    (f"{TRL}:prompt_aware_reward", "a prompt", {}, None, [("short", True)]),
+    (f"{TRL}:prompt_aware_reward", "a prompt", {}, None, [("short", True, [9, 10]), ("long", False, list(range(40)))]),
 ]
 
 
@@ -54,8 +54,8 @@ def test_each_peer_function_is_audited_unchanged(plugin, prompt, record, gold, a
     cases = tmp_path / "cases.jsonl"
     cases.write_text("".join(
         json.dumps({"id": i, "response": text, "label": right, "prompt": prompt, "record": record,
-                    **({"gold": gold} if gold is not None else {})}) + "\n"
-        for i, (text, right) in enumerate(answers)))
+                    **({"gold": gold} if gold is not None else {}), "completion_ids": ids[0] if ids else []}) + "\n"
+        for i, (text, right, *ids) in enumerate(answers)))
     out = tmp_path / "verdicts.jsonl"
     code = main(["audit", "--verifier", plugin, "--input", str(cases), "--output", str(out), "--json",
                  "--pool-size", "1"])

@@ -13,7 +13,7 @@ from rlvr.protocol import VerifierSpec
 from rlvr.protocol.tasks import ChatMessage
 from rlvr.verify.pool import VerifierPool
 from rlvr.verify.registry import VerifierPluginError, VerifyContext, load_plugins, resolve
-from rlvr.verify.reward_fns import adapt, kind_of
+from rlvr.verify.reward_fns import adapt, convention_of
 
 SEEN: list[dict] = []
 
@@ -64,6 +64,17 @@ def not_a_reward(x, y):
     return 1.0
 
 
+def trl_logs_extra(completions, ground_truth, log_extra=None, log_metric=None, **kwargs):
+    """TRL 1.x's docs, Example 6: the extracted answers go to log_extra."""
+    extracted = [c.strip() for c in completions]
+    rewards = [1.0 if e == g else 0.0 for e, g in zip(extracted, ground_truth)]
+    if log_extra:
+        log_extra("extracted_answer", extracted)
+    if log_metric:
+        log_metric("accuracy", sum(rewards) / len(rewards))
+    return rewards
+
+
 def _verdict(fn, completion="x", gold="5", **ctx):
     bound = resolve_fn(fn, gold)
     return bound(completion, VerifyContext(**ctx))
@@ -76,10 +87,10 @@ def resolve_fn(fn, gold="5"):
 
 
 def test_signatures_are_recognised_by_their_parameter_names():
-    assert kind_of(verl_dict) == kind_of(verl_float) == "verl"
-    assert kind_of(trl_reward) == kind_of(trl_none) == "trl"
-    assert kind_of(not_a_reward) is None and kind_of(print) is None
-    with pytest.raises(VerifierPluginError, match="declares neither .solution_str. .* nor .completions."):
+    assert convention_of(verl_dict) == convention_of(verl_float) == "verl"
+    assert convention_of(trl_reward) == convention_of(trl_none) == "trl"
+    assert convention_of(not_a_reward) is None and convention_of(print) is None
+    with pytest.raises(VerifierPluginError, match="these name no convention.*reward_function.fn, 'verl' | "):
         adapt(not_a_reward, "m:not_a_reward")
     with pytest.raises(VerifierPluginError, match="has no attribute 'nope'"):
         load_plugins([f"{__name__}:nope"])
@@ -93,6 +104,7 @@ def test_a_verl_function_is_called_with_keywords_as_verl_calls_it():
                      "extra_info": {"index": 7}}]
     # The dict's score is the reward, its other numbers components; "acc" decides ok.
     assert (v.reward, v.outcome, v.components) == (1.0, "ok", {"acc": 1.0, "length": 10.0})
+    assert v.detail == "note='text is skipped'"  # what is not a number is kept, not dropped
     wrong = _verdict(verl_dict, "so it is 6", gold="5", dataset="file")
     assert (wrong.reward, wrong.outcome) == (-0.5, "wrong")
     assert SEEN[-1]["data_source"] == "file" and SEEN[-1]["extra_info"] is None  # no record: the dataset's name
@@ -146,3 +158,8 @@ def test_in_the_pool_a_hanging_function_times_out_and_a_raising_one_is_an_error(
 
     hung, raised = anyio.run(main)
     assert hung.outcome == "timeout" and raised.outcome == "error" and "KeyError" in raised.detail
+
+
+def test_what_a_trl_function_logs_with_log_extra_is_kept_in_the_verdict():
+    v = _verdict(trl_logs_extra, " 5 ", record={"ground_truth": "5"})
+    assert (v.reward, v.components, v.detail) == (1.0, {"accuracy": 1.0}, "extracted_answer='5'")
