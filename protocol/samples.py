@@ -140,6 +140,11 @@ class Episode(Struct, frozen=True, omit_defaults=True):
         """The episode's conversations trained as sequences: the Sample's own and ``segments``."""
         return 1 + len(self.segments)
 
+    @property
+    def turn_count(self) -> int:
+        """The model's turns over the whole episode: the Sample's own segment's and every other segment's."""
+        return len(self.turns) + sum(len(g.turns) for g in self.segments)
+
 
 class Sample(Struct, frozen=True, tag="sample", omit_defaults=True):
     run: str

@@ -33,10 +33,10 @@ def score_env(completion: str, p: EnvRewardParams, ctx: VerifyContext) -> Verdic
     e = ctx.episode
     if e is None:
         return Verdict(0.0, "parse_error", "env", detail="not a multi-turn episode: no environment reward")
-    components = {"env": e.env_reward, "turns": float(len(e.turns))}
+    components = {"env": e.env_reward, "turns": float(e.turn_count)}
     outcome = "ok" if e.env_reward >= p.solved_at else "wrong"
     return Verdict(p.scale * e.env_reward, outcome, "env", components=components,
-                   detail=f"episode ended {e.end_reason} after {len(e.turns)} turns")
+                   detail=f"episode ended {e.end_reason} after {e.turn_count} turns")
 
 
 ENV = Verifier("env", EnvRewardParams, score_env)

@@ -119,12 +119,14 @@ def episode_metrics(samples: list[Scored]) -> dict[str, float]:
     episodes = [s.sample for s in samples if s.sample.episode is not None]
     if not episodes:
         return {}
+    # Every completion the step trained: an agent's segments other than the Sample's own are trained too.
+    completions = [c for s in episodes for c in (s.completion, *(g.completion for g in s.episode.segments))]
     out: dict[str, float] = {
-        "episode_turns_mean": statistics.fmean(len(s.episode.turns) for s in episodes),
+        "episode_turns_mean": statistics.fmean(s.episode.turn_count for s in episodes),  # all segments' turns
         "episode_env_s_mean": statistics.fmean(s.episode.env_s for s in episodes),
         "episode_env_reward_mean": statistics.fmean(s.episode.env_reward for s in episodes),
-        "masked_token_share": sum(len(s.completion.ids) - s.completion.policy_tokens() for s in episodes)
-        / max(1, sum(len(s.completion.ids) for s in episodes)),
+        "masked_token_share": sum(len(c.ids) - c.policy_tokens() for c in completions)
+        / max(1, sum(len(c.ids) for c in completions)),
     }
     for reason, n in Counter(s.episode.end_reason for s in episodes).items():
         out[f"episode_end_{reason}"] = float(n)

@@ -5,8 +5,17 @@ writes one JSON object per trained sample, as verl's rollout dump does: its
 prompt and token ids, the completion's ids, loss mask and behaviour log-probs,
 its policy versions, text and finish reason, the episode (turns, end reason,
 tools, turn rewards, info, transcript), the verdict, and the outcome advantage
-the trainer gave it. ``rlvr-actor samples RUN_DIR`` (rlvr/cli/commands/samples.py)
+the trainer gave it. ``rlvr-actor samples RUN_DIR`` (cli/commands/samples.py)
 shows them; docs/samples.md explains how to read them.
+
+Everything the learner trained is in the record: an agent's episode of several
+segments (``Episode.segments``, each trained as a sequence of its own:
+learner/train/batching.py ``sample_items``) keeps the Sample's own segment in
+the record's ``prompt_ids``/``completion_ids``/``mask``/``logprobs`` and every
+other one in ``episode.segments``, with its own prompt ids, completion, mask,
+log-probs and turns, so the tokens of a step's records are the learner's
+``tokens`` for that step. Token ids only: no text is decoded here (no
+tokenizer in a dry learner, and none on the step's path); the reader decodes.
 
 The advantage is the group-normalised outcome advantage, computed again here
 with the registered estimator the trainer uses (``[learn.engine.advantage]``;
@@ -109,10 +118,21 @@ def sample_record(step: int, sc: Scored, advantage: float | None, estimator: str
     }
 
 
+def _turns(turns) -> list[dict[str, int]]:
+    return [{"start": t.start, "end": t.end, "policy_version": t.policy_version} for t in turns]
+
+
+def _segment(g) -> dict[str, Any]:
+    """One more sequence of an agent's episode, named as the record's own fields are."""
+    c = g.completion
+    return {"prompt_ids": g.prompt_ids, "completion_ids": c.ids, "mask": list(c.mask) if c.mask else [1] * len(c.ids),
+            "logprobs": c.logprobs, "turns": _turns(g.turns)}
+
+
 def _episode(e) -> dict[str, Any]:
     return {
         "environment": e.environment,
-        "turns": [{"start": t.start, "end": t.end, "policy_version": t.policy_version} for t in e.turns],
+        "turns": _turns(e.turns),  # the Sample's own segment's
         "end_reason": e.end_reason,
         "detail": e.detail,
         "turn_rewards": e.turn_rewards,
@@ -123,6 +143,9 @@ def _episode(e) -> dict[str, Any]:
         "transcript": e.transcript,
         "env_s": e.env_s,
         "template_rewrites": e.template_rewrites,
+        # An agent's other conversations, in the order they started; the record's own ids are its last model turn's.
+        "segments": [_segment(g) for g in e.segments],
+        "agent": e.agent,  # the prompt ids are the agent's request, not the task's prompt rendered
     }
 
 

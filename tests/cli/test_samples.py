@@ -1,6 +1,6 @@
 """``rlvr-actor samples``: what the learner trained, read back in text, HTML and JSONL.
 
-The records are written by the learner's own writer (rlvr/learner/watch/sample_dump.py)
+The records are written by the learner's own writer (learner/watch/sample_dump.py)
 from samples of real calculator episodes (examples/calculator/calc_env.py, played
 by rollout/episodes.py with a scripted model), so the view is checked on what a
 run writes: a multi-turn episode with its loss mask.
@@ -176,3 +176,11 @@ def test_with_a_tokenizer_each_token_is_decoded_and_the_html_stays_escaped(run_d
     text = page.read_text()
     assert "title='id 52 · logprob -0.250'>4</span>" in text and "<script" not in text.lower()
     assert "<span class='tok' title='id 60 · logprob -0.500'>&lt;</span>" in text
+
+
+def test_the_guide_s_calculator_example_is_what_the_view_prints(run_dir, capsys):
+    assert main(["samples", str(run_dir), "--episode", "calc-t7/0"]) == 0
+    printed = capsys.readouterr().out
+    guide = (REPO / "docs" / "samples.md").read_text()
+    block = guide[guide.index("```\n━━ step 1 · sample calc-t7/0") + 4:]
+    assert printed == block[: block.index("```")]
