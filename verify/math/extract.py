@@ -4,11 +4,13 @@ worked solution), and name the route that found it.
 Routes, most trusted first; ``strictness`` says how far down extraction may go:
 - ``boxed``: the last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces, also
   ``\\boxed 5``; a run of boxes separated only by commas or "and" becomes one
-  comma list);
+  comma list, and boxes with only a plus or minus sign between them one sum:
+  ``\\boxed{1} + \\boxed{\\sqrt{2}}`` is ``1 + \\sqrt{2}``, not ``\\sqrt{2}``);
 - ``answer_is``: "the answer is ..." / "Answer: ..." up to the end of its
   sentence or math group; ``hashes``: the GSM8K marker ``#### ...``;
-- ``bare``: the whole response is the answer (short, no prose words), so it
-  is parsed as one expression: ``\\frac{10}{9}`` is 10/9, never "9";
+- ``bare``: the whole response is the answer (short, no prose words; any
+  Chinese, Japanese or Korean text is prose), so it is parsed as one
+  expression: ``\\frac{10}{9}`` is 10/9, never "9";
 - then, for prose only (strictness ``last_number``), the scorer lets
   math-verify search the text (``prose``) and falls back to ``last_number``.
 
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+
+from rlvr.verify.math import forms
 
 Strictness = Literal["boxed", "answer", "last_number"]
 
@@ -37,6 +41,7 @@ _JOINER = re.compile(
     r"|[A-Za-z](?:_\{?[A-Za-z0-9]{1,3}\}?)?\s*=){0,12}$"
 )
 _MAX_JOINER = 60
+_SUM_JOINER = re.compile(r"^[\s$]*([+-])[\s$]*$")
 _TEXTLESS = re.compile(r"\\text\{[^{}]*\}|\\[a-zA-Z]+")
 _ANSWER_IS = re.compile(
     r"(?:final answer|the answer|answer)\s*(?:\*\*)?\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*",
@@ -107,11 +112,35 @@ def _box_starts(text: str, before: int) -> int:
     return best
 
 
+def _join(between: str) -> str | None:
+    """How two boxes with ``between`` between them make one answer: ``"+"`` or ``"-"`` for a sum
+    (``\\boxed{1} + \\boxed{\\sqrt{2}}``), ``", "`` for a list, None when they do not."""
+    m = _SUM_JOINER.match(between)
+    if m is not None:
+        return m.group(1)
+    return ", " if _joins(between) else None
+
+
+def _joined(items: list[str], joins: list[str]) -> str:
+    """Boxes in reading order with the joins between them; a term after a minus sign or one
+    with its own sign keeps its parentheses (``1 - (2 + \\sqrt{3})``)."""
+    text = items[0]
+    for join, item in zip(joins, items[1:]):
+        if join == ", ":
+            text += ", " + item
+        elif item.lstrip().startswith(("+", "-")) or (join == "-" and re.search(r"[+-]", item)):
+            text += f" {join} ({item})"
+        else:
+            text += f" {join} {item}"
+    return text
+
+
 def extract_boxed(text: str) -> str | None:
-    """The last box, joined with the boxes right before it when only
-    separators lie between them (``\\boxed{1}, \\boxed{2}`` -> ``1, 2``)."""
+    """The last box, joined with the boxes right before it when only separators lie between them
+    (``\\boxed{1}, \\boxed{2}`` -> ``1, 2``), or only a plus or minus sign (a sum, ``1 + \\sqrt{2}``)."""
     start = _box_starts(text, len(text))
     found: list[str] = []
+    joins: list[str] = []  # joins[k] stands before found[k]: both lists run from the end
     boundary = len(text)
     tries = 0
     while start >= 0 and len(found) < _MAX_BOX_RUN and tries < _MAX_BOX_TRIES:
@@ -120,19 +149,21 @@ def extract_boxed(text: str) -> str | None:
         box = _box_at(text, start, word)
         if box is not None:
             content, end = box
-            if found and not _joins(text[end:boundary]):
-                break
             if end <= boundary:  # a box nested in the previous one is ignored
+                if found:
+                    join = _join(text[end:boundary])
+                    if join is None or (joins and (join == ", ") != (joins[0] == ", ")):
+                        break  # no join, or a sum next to a list: the run ends here
+                    joins.append(join)
                 found.append(content)
                 boundary = start
-        elif not found:
-            pass  # an unterminated last box: look further back
-        else:
+        elif found:
             break
+        # (an unterminated last box: look further back)
         start = _box_starts(text, start)
     if not found:
         return None
-    return ", ".join(reversed(found)) if len(found) > 1 else found[0]
+    return _joined(found[::-1], joins[::-1])
 
 
 def _rest_of_sentence(text: str) -> str:
@@ -204,11 +235,19 @@ def strip_delimiters(text: str) -> str:
     return text
 
 
+# Chinese, Japanese and Korean script: one character is a word, so any of it makes the text prose
+# ("答案：12" is a sentence, not an expression to read whole).
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
 def is_bare(text: str) -> bool:
-    """The whole text is one answer: short, and no words beyond a unit or two."""
+    """The whole text is one answer: short, and no words beyond a unit or two, or a range
+    ("between 12 and 13", ``forms.range_list``)."""
     text = text.strip()
-    if not text or len(text) > _MAX_BARE:
+    if not text or len(text) > _MAX_BARE or _CJK.search(text):
         return False
+    if forms.range_list(strip_delimiters(text)) != strip_delimiters(text):
+        return True
     words = [w.lower() for w in _WORD.findall(_COMMAND.sub(" ", text))]
     return all(w in _TRAILING_WORDS for w in words) and len(words) <= 2
 

@@ -2,9 +2,11 @@
 an exact value.
 
 Integers, decimals (``.5``, ``3.``), scientific notation (``3.2e5``,
-``3.2\\times 10^{5}``), fractions (``\\frac{3}{4}``, ``3/4``, ``-\\frac{3}{4}``)
-and mixed numbers (``2\\frac{1}{2}`` = 5/2) become exact ``Fraction``s without
-sympy, which keeps GSM8K-style answers in microseconds.
+``3.2\\times 10^{5}``), fractions (``\\frac{3}{4}``, ``3/4``, ``-\\frac{3}{4}``),
+mixed numbers (``2\\frac{1}{2}`` = 5/2) and repeating decimals
+(``0.\\overline{3}`` = 1/3, ``1.2\\overline{45}``: exact values; math-verify reads
+``0.\\overline{3}`` as 0) become exact ``Fraction``s without sympy, which keeps
+GSM8K-style answers in microseconds.
 
 Tolerance policy (false positives cost more than false negatives):
 - two exact literals (integers, fractions) must be equal exactly;
@@ -30,6 +32,7 @@ _DECIMAL = re.compile(r"^([+-]?)(\d*)(?:\.(\d*))?$")
 _SCI = re.compile(r"^(.+?)\s*(?:e|E|\\times\s*10\s*\^|\\cdot\s*10\s*\^|\*\s*10\s*\^)\s*\{?\s*([+-]?\d{1,4})\s*\}?$")
 _FRAC = re.compile(r"^([+-]?)\\frac\{\s*([+-]?\d+)\s*\}\{\s*([+-]?\d+)\s*\}$")
 _SLASH = re.compile(r"^([+-]?)(\d+)\s*/\s*(\d+)$")
+_REPEATING = re.compile(r"^([+-]?)(\d*)\.(\d*)\\overline\s*(?:\{(\d{1,50})\}|(\d))$")
 _MIXED = re.compile(r"^([+-]?)(\d+)\s*\\frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}$")
 
 
@@ -67,7 +70,12 @@ def parse_number(text: str) -> Number | None:
     number = _parse_decimal(text)
     if number is not None:
         return number
-    m = _SCI.match(text)
+    m = _REPEATING.match(text)
+    if m is not None:
+        sign, whole, fixed, repeat = m.group(1), m.group(2) or "0", m.group(3), m.group(4) or m.group(5)
+        value = Fraction(int(whole + fixed + repeat) - int(whole + fixed), 10 ** len(fixed) * (10 ** len(repeat) - 1))
+        return Number(-value if sign == "-" else value)
+    m = _SCI.match(text)  # after _REPEATING: "\\overline{3}" ends like an exponent "e{3}"
     if m is not None:
         mantissa = _parse_decimal(m.group(1).strip())
         if mantissa is not None:

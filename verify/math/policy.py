@@ -5,14 +5,19 @@ Each policy has a name; the scorer reports the one that decided a case.
 - ``localise`` (text, before parsing): spaced thousands (``1 000``,
   ``1\\,000``, ``1{,}000``) lose their separators; ``pct``, ``percent``,
   ``percentage`` become ``\\%``; ``°`` becomes ``^\\circ``; currency signs go;
-  a ``\\text{...}`` label after a value is a unit and goes.
+  a ``\\text{...}`` label after a value is a unit and goes; a range
+  ("between 12 and 13", ``range``) and a list of solutions (``;``,
+  ``\\quad\\text{and}\\quad``, a shared ``(x, y) =``: ``solution_list``)
+  are rewritten as one comma list (both in ``forms``).
 - ``localise_prose``: in free text only ``1 200,50`` (spaced thousands, then
   a decimal comma) is rewritten; math-verify reads other localised numbers.
   ``list_marker``: the "4." that opens an item of a numbered list is no
   answer, so a response cut off after "4. Since we" does not answer 4.
   ``unevaluated``: plain-text arithmetic that math-verify finds in prose
   ("5 - 61 is a mix of ...") restates the question; the search falls back to
-  the last result after "=" in the text, then to the last number.
+  the last result after "=" in the text, then to the last number. Math
+  groups joined by ";" or by "and"/"or" in French or Chinese are joined by
+  "and", which math-verify reads as a list, as it does in English.
 - ``decimal_comma``: a response that is one number (or ``x =`` one number)
   with a single comma reads it as a decimal comma (``1000,99``, ``0,111``,
   ``2,5``) unless the comma groups thousands (``1,000``), and only when the
@@ -27,11 +32,21 @@ Each policy has a name; the scorer reports the one that decided a case.
 - ``number``: two plain numbers compare exactly (``numbers``), with the
   decimal tolerance policy for a decimal against an exact value
   (``tolerance``: at least 4 significant digits, within one unit of the last).
+- ``ratio``: ratios of plain numbers, with or without a label
+  (``V_1:V_2 = 11:21`` against ``11:21``), compare term by term up to a
+  common factor (``forms``). A labelled ratio is never a time; two bare
+  ``H:MM`` forms are (``time``).
 - ``time``: ``H:MM`` times of day compare as times (math-verify reads
   ``12:00`` and ``1:00`` as ratios over 0, and equal).
+- ``result``: arithmetic on plain numbers written out with its result
+  (``3 \\times 12 = 36``, often the last math of prose in any language)
+  answers the result; ``2x + 3 = 11`` stays an equation (``equation``).
 - ``decimal_in_structure``: a matrix, tuple or interval of plain numbers
   with decimals against an exact gold of the same shape, entry by entry by
-  the ``tolerance`` rule (``(0.3333, 0.5)`` for ``(\\frac13, \\frac12)``).
+  the ``tolerance`` rule (``(0.3333, 0.5)`` for ``(\\frac13, \\frac12)``);
+  exact entries (``\\frac13``, ``0.\\overline{3}``) may stand beside the
+  decimals, a name may stand before the matrix (``A^{-1} =``), and
+  ``\\begin{array}`` is a matrix too. A row never matches a column.
 - ``ordered``: when the gold is a tuple or interval, a bare list in the
   response is read as a tuple in its written order, never as a set.
 - everything else is math-verify's ``verify`` (``math_verify``): units,
@@ -46,6 +61,7 @@ from fractions import Fraction
 
 import sympy
 
+from rlvr.verify.math import forms
 from rlvr.verify.math.numbers import Number, decimal_matches_exact, numbers_equal, parse_number
 
 _SPACED_THOUSANDS = re.compile(r"(?<![\d.,])(\d{1,3})((?:(?:\\,|\\;|\\:|\\ |~|\{,\}|,\\!|\u00a0|\u202f| )\d{3})+)(?![\d])")
@@ -59,6 +75,8 @@ _PLAIN_ARITHMETIC = re.compile(r"[\d\s.,+\-*/×()]+")
 _OPERATION = re.compile(r"\d\s*[-+*/×]\s*\(?\d")
 _RESULT = re.compile(r"\d\s*=\s*(-?\d+(?:\.\d+)?)(?![\d.,]?\d)")
 _SPACED_DECIMAL = re.compile(r"(?<![\d.,])(\d{1,3}(?:[ \u00a0\u202f]\d{3})+),(\d{1,2})(?!\d)")
+# Between two math groups: ";" or "and"/"or" in French or Chinese (math-verify joins ",", "and", "or").
+_MATH_JOIN = re.compile(r"(\$|\\\))[ \t]*(?:;|；|、|\bet\b|\bou\b|和|或|以及)[ \t]*(\$|\\\()")
 _CHOICE = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-E])\)?\s*\}?$")
 # The letter must stand alone: "E*2", "E = mc^2" or "B_1" are expressions, not the choice E or B.
 _CHOICE_PRED = re.compile(r"^(?:\\text(?:bf)?\{)?\s*\(?([A-Ea-e])\)?(?![A-Za-z0-9])(?!\s*[*/^+=×·_\\-])")
@@ -78,15 +96,18 @@ def localise(span: str) -> str:
         if m is None:
             break
         text = m.group(1).strip()
-    return text.strip()
+    return forms.solution_list(forms.range_list(text.strip()))
 
 
 def localise_prose(text: str) -> str:
     """Free text before math-verify searches it: ``1 200,50`` (spaced
     thousands and a decimal comma) becomes ``1200.50``, and the numbers of a
     numbered list ("4. Since you ...") go: they are list markers, not answers
-    (``list_marker``)."""
+    (``list_marker``). Math groups joined by ";" or by "and"/"or" in French or
+    Chinese ("$(1, 2)$; $(3, 4)$", "$(1, 2)$ et $(3, 4)$") are joined by "and",
+    which math-verify reads as one list, as it does in English (``solution_list``)."""
     text = _LIST_MARKER.sub(r"\1", text)
+    text = _MATH_JOIN.sub(r"\1 and \2", text)
     return _SPACED_DECIMAL.sub(lambda m: re.sub(r"\D", "", m.group(1)) + "." + m.group(2), text)
 
 
@@ -114,6 +135,30 @@ def undone(span: str) -> bool:
     if number_of(span) is not None:
         return False
     return _plain_arithmetic(re.sub(r"\\(?:times|cdot|div)(?![A-Za-z])", "*", span))
+
+
+# ":" divides in French ("120 : 40 = 3"); a ratio with names on the left is ``forms.ratio_of``'s.
+_ARITH_MACRO = re.compile(r"\\(?:times|cdot|div)(?![A-Za-z])|[·÷−:]|\\(?:left|right)\b|\\[,;!]")
+_NUMBER_FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*(\d+(?:\.\d+)?)\s*\}\s*\{\s*(\d+(?:\.\d+)?)\s*\}")
+_ARITH_SYMBOL = {"\\times": "*", "\\cdot": "*", "\\div": "/", "·": "*", "÷": "/", ":": "/", "−": "-"}
+
+
+def stated_result(span: str) -> str | None:
+    """The number after the last "=" when everything before it is arithmetic on plain numbers
+    (``3 \\times 12 = 36``, ``\\frac{1}{2} \\times 6 \\times 4 = 12``, ``120 : 40 = 3``): the result it states
+    (``result``). None otherwise: ``2x + 3 = 11`` is an equation, not a result."""
+    if "=" not in span:
+        return None
+    *work, result = span.split("=")
+    result = result.strip().rstrip(".").strip()
+    if number_of(result) is None:
+        return None
+    for k, side in enumerate(work):
+        text = _NUMBER_FRACTION.sub(r"\1/\2", side)
+        text = _ARITH_MACRO.sub(lambda m: _ARITH_SYMBOL.get(m.group(0), ""), text)
+        if not (_plain_arithmetic(text) or (k and number_of(side) is not None)):  # 3 + 4 = 7 = 7
+            return None
+    return result
 
 
 def last_result(prose: str) -> str | None:
@@ -162,36 +207,42 @@ def time_of(text: str) -> str | None:
 
 
 _MATRIX = re.compile(r"^\\begin\{[pbvBV]?matrix\}(.*)\\end\{[pbvBV]?matrix\}$", re.S)
+# \left(\begin{array}{cc} ... \end{array}\right), once \left and \right are gone
+_ARRAY = re.compile(r"^[(\[]?\s*\\begin\{array\}\{[^{}]*\}(.*)\\end\{array\}\s*[)\]]?$", re.S)
 
 
-def elements(span: str) -> list[str] | None:
-    """The written entries of a matrix, tuple or interval (``(0.33, 0.5)``, ``\\begin{pmatrix} 1 \\\\ 2
-    \\end{pmatrix}``), in reading order; None when ``span`` is none of them or nests."""
-    text = re.sub(r"\\(?:left|right)\b|\\[bB]igg?[lr]?\b", "", span).strip()
-    m = _MATRIX.match(text)
+def elements(span: str) -> list[list[str]] | None:
+    """The written entries of a matrix (row by row), tuple or interval (one row) (``(0.33, 0.5)``,
+    ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}``, ``\\left(\\begin{array}{c} ...``, ``A^{-1} = ...``); None
+    when ``span`` is none of them. Entries are not checked: a nested one is no plain number."""
+    text = re.sub(r"\\(?:left|right)\b|\\[bB]igg?[lr]?\b", "", forms.structure_value(span)).strip()
+    text = re.sub(r"\\[dt]frac\b", r"\\frac", text)
+    m = _MATRIX.match(text) or _ARRAY.match(text)
     if m is not None:
-        parts = [p for row in re.split(r"\\\\", m.group(1)) for p in row.split("&")]
+        rows = [row.split("&") for row in re.split(r"\\\\", m.group(1))]
     elif brackets(text):
-        parts = text[1:-1].split(",")
+        rows = [forms.split_top(text[1:-1], ",")]  # "\frac{1}{3}, 2": commas outside braces
     else:
         return None
-    parts = [p.strip() for p in parts if p.strip()]
-    if not parts or any(c in p for p in parts for c in "()[]{}"):
+    rows = [[p.strip() for p in row] for row in rows if any(p.strip() for p in row)]
+    if not rows or any(not p for row in rows for p in row):
         return None
-    return parts
+    return rows
 
 
-def elementwise_tolerance(pred_span: str, gold_values: list[object]) -> bool | None:
+def elementwise_tolerance(pred_span: str, gold_rows: list[list[object]]) -> bool | None:
     """Decimals against exact values entry by entry (``decimal_in_structure``): every entry of the
-    response a plain number, at least one a decimal, each matching its gold entry by ``tolerance``
-    (a decimal) or exactly (an integer or exact number). None when the rule does not apply."""
-    parts = elements(pred_span)
-    if parts is None or len(parts) != len(gold_values):
+    response a plain number, at least one written with a decimal point (``0.3333``, ``0.\\overline{3}``),
+    the same shape as the gold, each entry matching its gold entry by ``tolerance`` (a decimal) or
+    exactly (an integer, fraction or repeating decimal). None when the rule does not apply."""
+    rows = elements(pred_span)
+    if rows is None or [len(r) for r in rows] != [len(r) for r in gold_rows]:
         return None
+    parts = [p for row in rows for p in row]
     numbers = [number_of(p) for p in parts]
-    if any(n is None for n in numbers) or not any(n.decimal for n in numbers if n is not None):
+    if any(n is None for n in numbers) or not any("." in p for p in parts):
         return None
-    for n, exact in zip(numbers, gold_values):
+    for n, exact in zip(numbers, (g for row in gold_rows for g in row)):
         assert n is not None
         if isinstance(exact, sympy.Rational) and n.value == Fraction(int(exact.p), int(exact.q)):
             continue  # 0.5 for 1/2: equal, whatever its digits
@@ -287,6 +338,7 @@ __all__ = [
     "number_of",
     "numbers_decide",
     "pred_choice",
+    "stated_result",
     "time_of",
     "tolerance",
     "unevaluated",

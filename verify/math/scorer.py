@@ -35,7 +35,7 @@ from msgspec import Meta
 from sympy.core.function import AppliedUndef
 
 from rlvr.protocol.samples import Verdict
-from rlvr.verify.math import policy
+from rlvr.verify.math import forms, policy
 from rlvr.verify.math.engine import (
     MAX_SUPERSCRIPT_DEPTH,
     AnswerTooLargeError,
@@ -194,9 +194,17 @@ def decide(pred: Reading, gold_of: Gold) -> tuple[bool, str]:
     letter = policy.choice_of(gold.span)
     if letter is not None:
         return policy.pred_choice(pred.span) == letter, "choice"
-    gold_time = policy.time_of(gold.span)
-    if gold_time is not None or policy.time_of(pred.span) is not None:
-        return policy.time_of(pred.span) == gold_time, "time"
+    gold_time, pred_time = policy.time_of(gold.span), policy.time_of(pred.span)
+    pred_ratio, gold_ratio = forms.ratio_of(pred.span), forms.ratio_of(gold.span)
+    if pred_ratio is not None and gold_ratio is not None:
+        # A labelled ratio (V_1:V_2 = 11:21) is never a time; two bare ones (11:21) may be.
+        if pred_ratio.labelled or gold_ratio.labelled or (gold_time is None and pred_time is None):
+            return forms.ratios_equal(pred_ratio, gold_ratio), "ratio"
+    if gold_time is not None or pred_time is not None:
+        return pred_time == gold_time, "time"
+    result = policy.stated_result(pred.span)
+    if result is not None:  # 3 \times 12 = 36: the result stated after the arithmetic
+        return decide(Reading(result, pred.route, pred.raw, None), gold_of)[0], "result"
     if policy.is_word(gold.span) or policy.is_word(pred.span):
         return policy.words_equal(pred.span, gold.span), "word"
     if policy.is_base_n(gold.span) or policy.is_base_n(pred.span):
@@ -226,9 +234,9 @@ def decide(pred: Reading, gold_of: Gold) -> tuple[bool, str]:
             verdict = policy.tolerance(decimal, exact)
             if verdict is not None:
                 return verdict, "tolerance"
-    entries = _entries(gold_parsed.value)
-    if entries is not None:
-        verdict = policy.elementwise_tolerance(span, entries)
+    rows = _rows(gold_parsed.value)
+    if rows is not None:
+        verdict = policy.elementwise_tolerance(span, rows)
         pb, gb = policy.brackets(span), policy.brackets(gold.span)
         if verdict is not None and not (pb and gb and pb != gb):
             return verdict, "decimal_in_structure"
@@ -245,14 +253,20 @@ def decide(pred: Reading, gold_of: Gold) -> tuple[bool, str]:
     return False, "math_verify"
 
 
-def _entries(value: object) -> list[object] | None:
-    """A matrix's entries row by row, a tuple's items, an interval's ends; None for anything else."""
+def _rows(value: object) -> list[list[object]] | None:
+    """A matrix's entries row by row (``\\frac{1}{12}\\begin{pmatrix}...`` multiplied out), a tuple's
+    items or an interval's ends as one row; None for anything else."""
+    if isinstance(value, sympy.MatrixExpr) and not isinstance(value, sympy.MatrixBase):
+        try:
+            value = value.as_explicit()
+        except (TypeError, ValueError, AttributeError):  # a symbolic shape: not plain entries
+            return None
     if isinstance(value, sympy.MatrixBase):
-        return list(value)
+        return [list(value.row(i)) for i in range(value.rows)]
     if isinstance(value, sympy.Tuple):
-        return list(value.args)
+        return [list(value.args)]
     if isinstance(value, sympy.Interval):
-        return [value.start, value.end]
+        return [[value.start, value.end]]
     return None
 
 
@@ -260,14 +274,27 @@ def _is_equation(value: object) -> bool:
     return isinstance(value, sympy.Eq)
 
 
+def _is_name(value: object) -> bool:
+    return isinstance(value, sympy.Symbol | AppliedUndef)
+
+
 def _is_assignment(value: object) -> bool:
-    """``x = 3``, ``f(x) = ...``, ``x = 1 + 2 = 3``: a name on the left."""
+    """``x = 3``, ``f(x) = ...``, ``x = 1 + 2 = 3``, ``(x, y) = (5, 8)``: a name on the left; also a
+    ratio of two names (``\\frac{V_1}{V_2} = \\frac{11}{21}``, ``V_1:V_2 = 11:21``) and a matrix's name
+    (``A^{-1} = \\begin{pmatrix}...``)."""
     while isinstance(value, sympy.Eq) and isinstance(value.lhs, sympy.Eq):
         value = value.lhs
     if not isinstance(value, sympy.Eq):
         return False
-    names = value.lhs.args if isinstance(value.lhs, sympy.Tuple) else (value.lhs,)  # (x, y) = (5, 8)
-    return all(isinstance(n, sympy.Symbol | AppliedUndef) for n in names)
+    lhs = value.lhs
+    if isinstance(lhs, sympy.Tuple):
+        return all(_is_name(n) for n in lhs.args)
+    if isinstance(lhs, sympy.Mul) and len(lhs.args) == 2:  # V_1/V_2: a name times a name to the -1
+        inverse = [a for a in lhs.args if isinstance(a, sympy.Pow) and _is_name(a.base) and a.exp == -1]
+        return len(inverse) == 1 and any(_is_name(a) for a in lhs.args)
+    if isinstance(value.rhs, sympy.MatrixBase) and isinstance(lhs, sympy.Pow):  # A^{-1}, A^T
+        return _is_name(lhs.base) and (lhs.exp == -1 or _is_name(lhs.exp))
+    return _is_name(lhs)
 
 
 def _is_ordered(parsed: Parsed) -> bool:
