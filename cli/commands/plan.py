@@ -10,6 +10,7 @@ start, 1 a check failed or a role does not fit (each line names the config key a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -67,15 +68,19 @@ def run(args: Args) -> int:
         return 2
     from rlvr.cli.plan.checks import run_checks
 
-    findings, tokenizer, tasks = run_checks(cfg)
-    shape, shape_error = _shape(cfg)
-    plan = None
-    if shape is not None:
-        plan = make_plan(cfg, shape, gpus=args.gpus, nodes=args.nodes, gpu_bytes=gpu_bytes,
-                         prompt_tokens=_prompt_tokens(tokenizer, tasks),
-                         assumptions=CostAssumptions(mfu=args.mfu, peak_tflops=args.peak_tflops,
-                                                     decode_tokens_per_s=args.decode_tps, keep=args.keep,
-                                                     gpu_hour_price=args.gpu_hour_price))
+    # What the checks log (a dataset's layout, a template's warning) goes to stderr: stdout is the report,
+    # and with --json a document a program parses. (Logging is not configured in this command: structlog's
+    # default writes to stdout.)
+    with contextlib.redirect_stdout(sys.stderr):
+        findings, tokenizer, tasks = run_checks(cfg)
+        shape, shape_error = _shape(cfg)
+        plan = None
+        if shape is not None:
+            plan = make_plan(cfg, shape, gpus=args.gpus, nodes=args.nodes, gpu_bytes=gpu_bytes,
+                             prompt_tokens=_prompt_tokens(tokenizer, tasks),
+                             assumptions=CostAssumptions(mfu=args.mfu, peak_tflops=args.peak_tflops,
+                                                         decode_tokens_per_s=args.decode_tps, keep=args.keep,
+                                                         gpu_hour_price=args.gpu_hour_price))
     if shape_error and not any(f.key == shape_error.key and not f.ok for f in findings):
         findings = [*findings, shape_error]  # a missing model folder is said once
     failed = [f for f in findings if not f.ok]
@@ -113,18 +118,15 @@ def _shape(cfg):
 
 
 def _prompt_tokens(tokenizer, tasks) -> float | None:
-    """Mean prompt length in tokens over up to 64 tasks (chat prompts through the template)."""
+    """Mean prompt length in tokens over up to 64 tasks, rendered as the engines render them."""
+    from rlvr.rollout.engines.base import render_prompt_ids
+
     if tokenizer is None or not tasks:
         return None
     lengths = []
     for t in tasks[:64]:
         try:
-            if isinstance(t.prompt, str):
-                lengths.append(len(tokenizer(t.prompt, add_special_tokens=False)["input_ids"]))
-            else:
-                text = tokenizer.apply_chat_template([msgspec.to_builtins(m) for m in t.prompt], tokenize=False,
-                                                     add_generation_prompt=True)
-                lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+            lengths.append(len(render_prompt_ids(tokenizer, t.prompt)))
         except Exception:  # noqa: BLE001 - a template that fails is check_chat_template's finding
             continue
     return sum(lengths) / len(lengths) if lengths else None

@@ -3,7 +3,8 @@
 Each check returns ``Finding``s; a finding with ``ok = False`` names the config key (or file)
 to fix and says why, and ``plan`` exits non-zero when any is there. The checks do what the
 roles would do at start, with the same functions: plug-ins through their registries
-(``verify.registry.load_plugins``, ``rollout.envs.registry.load_environments``), datasets
+(``verify.registry.load_plugins``, ``rollout.envs.registry.load_environments``), the agent
+(``agent_checks``: its callable imported, its command's program found and, for Python, started), datasets
 through ``load_splits``, a sample of the tasks' verifier specs through ``verify.registry.resolve``
 (the parameters, the gold answer among them, as a worker would bind them), the chat template's
 extension property through ``rollout.transcript.Transcript`` and the model's config and tokenizer
@@ -166,22 +167,30 @@ def check_models(cfg) -> tuple[list[Finding], Any]:
     return out, tokenizer
 
 
-def episodes_configured(cfg) -> bool:
+def env_episodes_configured(cfg) -> bool:
     return cfg.learn.dataset.env is not None or bool(cfg.rollout.environments)
+
+
+def episodes_configured(cfg) -> bool:
+    """Environments or an agent: every turn is rendered with the chat template (the rollout refuses to
+    start on a model without one)."""
+    return env_episodes_configured(cfg) or cfg.rollout.agent is not None
 
 
 def check_chat_template(cfg, tokenizer, tasks: list) -> list[Finding]:
     """When episodes are configured: the model has a chat template, and it keeps the extension
     property on a sample conversation (the tokens built turn by turn render as the template would
-    render the whole conversation: ``Transcript.extends``)."""
+    render the whole conversation: ``Transcript.extends``). An agent's request that the template
+    rewrites starts a new segment (docs/agents.md): not a failure."""
+    from rlvr.rollout.episodes import prompt_messages
     from rlvr.rollout.transcript import HFChatCodec, TemplateMissingError, TemplateNotAppendableError, Transcript
 
     if not episodes_configured(cfg) or tokenizer is None:
         return []
     key = "rollout.engine.model"
-    prompt = next((t.prompt for t in tasks if t.prompt), "1+1=")
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [
-        msgspec.to_builtins(m) for m in prompt]
+    # The prompt's messages exactly as the rollout builds them (a chat prompt's ChatMessage is array_like:
+    # its msgspec builtins form is [role, content], which no template reads).
+    messages = prompt_messages(next((t.prompt for t in tasks if t.prompt), "1+1="))
     try:
         codec = HFChatCodec(tokenizer)
         tr = Transcript(codec, messages)
@@ -193,9 +202,12 @@ def check_chat_template(cfg, tokenizer, tasks: list) -> list[Finding]:
         tr.add_model_turn(ids, [0.0] * len(ids), reply)
         rewrote = tr.add_env_messages([{"role": "user", "content": "4"}]) or rewrote
     except (TemplateMissingError, TemplateNotAppendableError) as e:
-        return [_fail(key, f"episodes are configured but the chat template cannot carry them: {e}")]
+        return [_fail(key, f"episodes (an environment or an agent) are configured but the chat template cannot carry them: {e}")]
     except Exception as e:  # noqa: BLE001 - a template that raises while rendering
         return [_fail(key, f"the chat template fails on a sample conversation: {type(e).__name__}: {e}")]
+    if rewrote and not env_episodes_configured(cfg):
+        return [Finding(key, True, "the chat template rewrites earlier turns on a sample conversation: an agent's "
+                                   "request after such a turn starts a new segment (docs/agents.md)")]
     if rewrote:
         verdict = "end" if cfg.rollout.on_template_rewrite == "end" else "keep"
         msg = ("the chat template rewrites earlier turns (the extension property fails on a sample conversation); "
@@ -211,7 +223,9 @@ def run_checks(cfg) -> tuple[list[Finding], Any, list]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    findings = check_plugins(cfg)
+    from rlvr.cli.plan.agent_checks import check_agent
+
+    findings = check_plugins(cfg) + check_agent(cfg)
     data, tasks = check_datasets(cfg)
     models, tokenizer = check_models(cfg)
     findings += data + models + check_chat_template(cfg, tokenizer, tasks)
@@ -219,4 +233,4 @@ def run_checks(cfg) -> tuple[list[Finding], Any, list]:
 
 
 __all__ = ["Finding", "check_chat_template", "check_datasets", "check_models", "check_plugins",
-           "check_verifier_specs", "episodes_configured", "model_paths", "run_checks"]
+           "check_verifier_specs", "env_episodes_configured", "episodes_configured", "model_paths", "run_checks"]

@@ -5,15 +5,24 @@ task never chooses what runs. It is a ``command`` (a program started per
 episode) or a ``callable`` (``"package.module:function"``, an async Python
 function imported once at start-up), never both. Everything is checked when the
 config is decoded, and a bad value is an error naming its key
-(``rollout.agent.<key>``); what can only be checked on the replica (the program
-exists, the callable imports) is checked when the role starts
-(``rollout/agents/runner.py``, ``AgentRunner.check``).
+(``rollout.agent.<key>``); what can only be checked on the machine that runs
+the agent (the program exists: ``resolve_program``; the callable imports:
+``runner.load_callable``) is checked when the role starts
+(``rollout/agents/runner.py``) and by ``rlvr-actor plan`` (``cli/plan/agent_checks.py``).
+
+A bare ``python`` or ``python3`` as the command's program is the interpreter that
+runs the rollout (``sys.executable``), not the first one on ``PATH``: the agent
+then imports what the rollout's environment has installed (the SDKs), which is
+what a user who writes ``["python", "my_agent.py"]`` means. A path names any other.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import shutil
+import sys
 from typing import Annotated, Literal
 
 from msgspec import Meta, Struct
@@ -38,7 +47,8 @@ class AgentConfigError(ValueError):
 class AgentConfig(Struct, frozen=True, forbid_unknown_fields=True):
     """The agent a replica runs: every task without an ``env`` is played as ``n`` episodes of it."""
 
-    # A program started for each episode, as an argument list: ["python", "my_agent.py"]. It
+    # A program started for each episode, as an argument list: ["python", "my_agent.py"] (a bare
+    # "python" or "python3" is the interpreter that runs the rollout; a path names another). It
     # finds the endpoint in OPENAI_BASE_URL / ANTHROPIC_BASE_URL and its episode key in
     # OPENAI_API_KEY / ANTHROPIC_API_KEY, reads the task (JSON) from stdin or RLVR_TASK_FILE, and
     # prints its answer as the last line of stdout (or a JSON object {"answer": ..., "reward": ...}).
@@ -105,6 +115,28 @@ class AgentConfig(Struct, frozen=True, forbid_unknown_fields=True):
         return (self.callable or " ".join(self.command[:2]))[-120:]
 
 
+# Programs that mean "the interpreter running the rollout" (the module docstring says why).
+ROLLOUT_PYTHON = ("python", "python3")
+
+
+def resolve_program(cfg: AgentConfig) -> str:
+    """The path of the command's program as the runner starts it (``AgentConfigError`` naming the key when
+    it is not there): a bare ``python``/``python3`` is ``sys.executable``, another bare name is looked up on
+    ``PATH``, a path is taken relative to ``cwd``."""
+    if cfg.cwd and not os.path.isdir(cfg.cwd):
+        raise AgentConfigError(f"rollout.agent.cwd: {cfg.cwd!r} is not a directory")
+    prog = cfg.command[0]
+    if prog in ROLLOUT_PYTHON:
+        return sys.executable
+    if os.sep not in prog:
+        found = shutil.which(prog)
+    else:
+        found = prog if os.access(os.path.join(cfg.cwd, prog) if cfg.cwd else prog, os.X_OK) else None
+    if found is None:
+        raise AgentConfigError(f"rollout.agent.command: {prog!r} is not an executable program on this replica")
+    return found
+
+
 def _valid_host(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -113,4 +145,4 @@ def _valid_host(host: str) -> bool:
         return bool(_HOSTNAME.match(host))
 
 
-__all__ = ["DEFAULT_PASS_ENV", "RESERVED_ENV", "AgentConfig", "AgentConfigError"]
+__all__ = ["DEFAULT_PASS_ENV", "RESERVED_ENV", "ROLLOUT_PYTHON", "AgentConfig", "AgentConfigError", "resolve_program"]

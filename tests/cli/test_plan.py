@@ -39,8 +39,8 @@ def qwen_shaped(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def plugin_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    # examples/calculator.toml and byo.toml are run with PYTHONPATH=examples/<name> (their headers).
-    for name in ("calculator", "byo"):
+    # examples/calculator.toml, byo.toml and agent_calc.toml are run with PYTHONPATH=examples/<name> (their headers).
+    for name in ("calculator", "byo", "agent_calc"):
         monkeypatch.syspath_prepend(str(REPO / "examples" / name))
 
 
