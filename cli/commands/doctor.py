@@ -25,9 +25,10 @@ from rlvr.actors.error_text import error_text
 from rlvr.cli.doctor.warmup import DEFAULT_WARMUP_STEPS
 
 DESCRIPTION = ("A short live check of a config: generate a few groups with its engine, score them with its "
-               "verifier, train a step, and report log-prob agreement (sampled-token difference, full-vocabulary "
-               "KL, top-k overlap), the verifier's outcome mix, zero-variance groups, tokens/s and the forecast "
-               "wall time; one verdict: go, or what to fix first.")
+               "verifier, train a step, and report log-prob agreement (sampled-token difference, KL, top-k "
+               "overlap; what differs between the two sides, such as the dtype, is named), the verifier's "
+               "outcome mix, zero-variance groups, tokens/s and the forecast wall time; one verdict: go, or "
+               "what to fix first.")
 
 
 class Args(msgspec.Struct, frozen=True, kw_only=True):
@@ -156,7 +157,8 @@ def _print(verdict, result, fc, prep=None) -> None:
     if prep is not None:
         print(f"# preparation: {prep.line()}")
     if result is not None:
-        print("# log-prob agreement (rollout engine vs learner, same tokens)")
+        dtypes = f", rollout {result.rollout_dtype}, learner {result.learner_dtype}" if result.learner_dtype else ""
+        print(f"# log-prob agreement (rollout engine vs learner, same tokens{dtypes})")
         print(f"   version 0: {_line(result.agreement_before)}")
         if result.steps_trained:
             print(f"   after {result.steps_trained} step(s), weights {'reloaded' if result.reloaded else 'NOT reloaded'}: "

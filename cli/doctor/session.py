@@ -8,7 +8,10 @@ one process, on a few groups of the config's own training tasks.
 3. Log-prob agreement at policy version 0 (``agreement.compare``), the learner built from
    ``[learn.engine]``; then ``steps`` optimizer steps on the scored groups (GRPO advantages),
    the new weights loaded into the engine (``load_state_dict``, as the collective transport
-   does), and the agreement again on freshly generated tokens.
+   does), and the agreement again on freshly generated tokens. The rollout's distribution: the
+   hf engine's model run again on the sampled tokens (the whole vocabulary); vLLM's ``TOP_K``
+   most likely tokens at each position of fresh groups of the same prompts
+   (``generate_top_logprobs``). Each side's dtype as its engine resolved it.
 4. Tokens per second of each part, and the forecast of the configured run from them.
 
 ``inject`` shows what a mismatch looks like, on purpose: ``"temperature=X"`` makes the rollout
@@ -27,7 +30,11 @@ from collections import Counter
 import anyio
 import msgspec
 
-from rlvr.cli.doctor.agreement import BF16_THRESHOLDS, Agreement, Thresholds, compare
+from rlvr.cli.doctor.agreement import Agreement, compare, thresholds_for
+
+# Tokens per position vLLM reports for the agreement: its default max_logprobs, so the doctor needs no
+# engine argument of its own (the engine it checks is the run's).
+TOP_K = 20
 
 
 class Timing(msgspec.Struct):
@@ -62,6 +69,8 @@ class SessionResult(msgspec.Struct):
     mean_prompt_tokens: float
     mean_completion_tokens: float
     notes: list[str]
+    rollout_dtype: str = ""  # as the engine resolved rollout.engine.dtype ("": an engine without one)
+    learner_dtype: str = ""  # the learner's weights ("": no learner)
 
 
 def run_session(cfg, *, groups: int = 4, steps: int = 1, positions: int = 256, inject: str = "",
@@ -106,9 +115,11 @@ async def _session(cfg, groups: int, steps: int, positions: int, inject: str, sa
         before = after = None
         trained = 0
         reloaded = False
+        dtypes = (getattr(engine, "dtype", ""), "")
         if cfg.learn.engine is not None:
             learner = await anyio.to_thread.run_sync(_learner, cfg)
-            before = _agreement(engine, learner, cfg, results, rollout_sampling, positions)
+            dtypes = (dtypes[0], str(next(learner.ds.module.parameters()).dtype).removeprefix("torch."))
+            before = await _agreement(engine, learner, cfg, results, rollout_sampling, positions, dtypes)
             say(f"agreement at version 0: {_line(before)}")
             for _ in range(steps):
                 items = _batch(results, verdicts, cfg)
@@ -129,8 +140,9 @@ async def _session(cfg, groups: int, steps: int, positions: int, inject: str, sa
                     reloaded = True
                 else:
                     notes.append("injected: the new weights were not loaded into the rollout engine")
-                fresh = await _generate(engine, tasks, cfg.learn.group_size, rollout_sampling, Timing())
-                after = _agreement(engine, learner, cfg, fresh, rollout_sampling, positions)
+                fresh = results if _gives_top(engine) else await _generate(engine, tasks, cfg.learn.group_size,
+                                                                           rollout_sampling, Timing())
+                after = await _agreement(engine, learner, cfg, fresh, rollout_sampling, positions, dtypes)
                 say(f"agreement after {trained} step(s){'' if reloaded else ' (weights not reloaded)'}: {_line(after)}")
     finally:
         if learner is not None:
@@ -146,6 +158,7 @@ async def _session(cfg, groups: int, steps: int, positions: int, inject: str, sa
         zero_variance_groups=zero, agreement_before=before, agreement_after=after, steps_trained=trained,
         reloaded=reloaded, timing=timing, mean_prompt_tokens=statistics.fmean(prompts) if prompts else 0.0,
         mean_completion_tokens=statistics.fmean(completions) if completions else 0.0, notes=notes,
+        rollout_dtype=dtypes[0], learner_dtype=dtypes[1],
     )
 
 
@@ -231,16 +244,26 @@ def _batch(results, verdicts, cfg) -> list:
     return items
 
 
-def _agreement(engine, learner, cfg, results, sampling, positions: int) -> Agreement | None:
-    """Both sides' distributions at up to ``positions`` sampled positions of ``results``."""
+def _gives_top(engine) -> bool:
+    """The engine reports its most likely tokens itself (vLLM); else the doctor runs its model (HF)."""
+    return hasattr(engine, "generate_top_logprobs")
+
+
+async def _agreement(engine, learner, cfg, results, sampling, positions: int, dtypes: tuple[str, str]
+                     ) -> Agreement | None:
+    """Both sides' distributions at up to ``positions`` sampled positions: of ``results`` (HF), or of
+    fresh groups of their prompts with vLLM's top ``TOP_K`` at each position."""
     import torch
 
-    rows = [(r.prompt_ids, g) for r in results for g in r.generations if g.ids]
-    behaviour, sampled, learner_rows, rollout_rows = [], [], [], []
-    model = getattr(engine, "_model", None)  # the HF engine's transformers model; vLLM gives sampled tokens only
+    if _gives_top(engine):
+        rows = await _top_rows(engine, results, sampling, positions)
+    else:
+        rows = [(r.prompt_ids, g, None) for r in results for g in r.generations if g.ids]
+    behaviour, sampled, learner_rows, rollout_rows, top_ids, top_logp = [], [], [], [], [], []
+    model = getattr(engine, "_model", None)  # the HF engine's transformers model
     temperature = cfg.learn.engine.temperature
     taken = 0
-    for prompt_ids, gen in rows:
+    for prompt_ids, gen, tops in rows:
         if taken >= positions:
             break
         ids = torch.tensor([list(prompt_ids) + list(gen.ids)])
@@ -250,7 +273,11 @@ def _agreement(engine, learner, cfg, results, sampling, positions: int) -> Agree
             dev = next(module.parameters()).device
             logits = module(input_ids=ids.to(dev)).logits[0, -k - 1:-1].float()
             learner_rows.append(torch.log_softmax(logits / temperature, -1).cpu())
-            if model is not None:
+            if tops is not None:
+                for step in tops:
+                    top_ids.append(list(step))
+                    top_logp.append(list(step.values()))
+            elif model is not None:
                 rl = model(input_ids=ids.to(model.device)).logits[0, -k - 1:-1].float().cpu()
                 rollout_rows.append(_processed(rl, sampling))
         behaviour.append(torch.tensor(gen.logprobs[:k]))
@@ -258,10 +285,31 @@ def _agreement(engine, learner, cfg, results, sampling, positions: int) -> Agree
         taken += k
     if not learner_rows:
         return None
-    bf16 = cfg.learn.engine.bf16 or getattr(cfg.rollout.engine, "dtype", "float32") in ("bfloat16", "float16")
-    th = BF16_THRESHOLDS if bf16 else Thresholds()
+    th = thresholds_for(*dtypes)
+    if top_ids:  # ragged (k, or k + 1 with a sampled token outside them): padded with id -1, log-prob -inf
+        width = max(len(t) for t in top_ids)
+        ids_t = torch.tensor([t + [-1] * (width - len(t)) for t in top_ids])
+        logp_t = torch.tensor([lp + [float("-inf")] * (width - len(lp)) for lp in top_logp])
+        return compare(logp_t, torch.cat(learner_rows), torch.cat(sampled), torch.cat(behaviour), th, ids_t)
     return compare(torch.cat(rollout_rows) if rollout_rows else None, torch.cat(learner_rows), torch.cat(sampled),
                    torch.cat(behaviour), th)
+
+
+async def _top_rows(engine, results, sampling, positions: int) -> list:
+    """Fresh groups of ``results``' prompts, as many as ``positions`` needs at their completions' mean
+    length, each generation with its top tokens per position."""
+    per_group = sum(len(g.ids) for r in results for g in r.generations) / max(1, len(results))
+    wanted = results[:max(1, min(len(results), -(-positions // max(1, int(per_group)))))]
+    out: list = [None] * len(wanted)
+
+    async def one(i, r):
+        group, tops = await engine.generate_top_logprobs(r.prompt_ids, len(r.generations), sampling, TOP_K)
+        out[i] = [(group.prompt_ids, g, t) for g, t in zip(group.generations, tops, strict=True) if g.ids]
+
+    async with anyio.create_task_group() as tg:
+        for i, r in enumerate(wanted):
+            tg.start_soon(one, i, r)
+    return [row for rows in out for row in rows]
 
 
 def _processed(logits, sampling):
@@ -291,7 +339,8 @@ def _examples(results, verdicts, per_outcome: int = 2) -> list[Example]:
 def _line(a: Agreement | None) -> str:
     if a is None:
         return "no positions"
-    kl = f", KL {a.kl:.2e}, top-k overlap {a.topk_overlap:.2f}" if a.kl is not None else ""
+    over = f"top-{a.kl_top} " if a.kl_top else ""
+    kl = f", {over}KL {a.kl:.2e}, top-k overlap {a.topk_overlap:.2f}" if a.kl is not None else ""
     return (f"{a.positions} positions, sampled-token |diff| mean {a.sampled_abs_diff_mean:.2e} "
             f"(max {a.sampled_abs_diff_max:.2e}){kl}" + (" -> FLAGGED" if a.flagged else ""))
 

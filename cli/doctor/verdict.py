@@ -3,14 +3,17 @@
 Order of what to fix first: a failed start-up check (``plan``'s), then log-prob disagreement
 (training on it is off-policy in a way nothing corrects), then a verifier that fails (the
 stage-1 alarm ``verifier_failing``'s words), then flat rewards (``flat_reward``), then
-everything else as warnings.
+everything else as warnings. A difference between the two sides' settings (``differences``: the
+dtype, a vLLM ``extra`` key) is named even when the agreement holds: as a warning then, with the
+thresholds it was held to, and as a likely cause when it does not.
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from rlvr.cli.doctor.agreement import likely_causes
+from rlvr.cli.doctor.agreement import FP32_THRESHOLDS, thresholds_for
+from rlvr.cli.doctor.differences import dtype_difference, engine_overrides, likely_causes
 from rlvr.learner.watch.alarms import FAILING, AlarmConfig
 
 # Flat rewards in fewer samples than this are a warning, not what to fix first: with none right in
@@ -73,18 +76,29 @@ def decide(cfg, result, failed_checks: list[str], prep=None) -> Verdict:
     capped = prep is not None and prep.capped
     problems += [f"start-up check failed: {c}" for c in failed_checks]
     e = cfg.learn.engine
+    dtype = None if e is None else dtype_difference(result.rollout_dtype, result.learner_dtype,
+                                                    str(getattr(cfg.rollout.engine, "dtype", "")), e.bf16)
+    overrides = engine_overrides(cfg.rollout.engine)
     for label, a in (("at version 0", result.agreement_before), ("after the training step", result.agreement_after)):
         if a is not None and a.flagged:
             causes = likely_causes(
                 rollout_temperature=_rollout_temperature(cfg, result), learner_temperature=e.temperature,
-                top_p=cfg.learn.sampling.top_p, top_k=cfg.learn.sampling.top_k,
-                rollout_dtype=str(getattr(cfg.rollout.engine, "dtype", "float32")), learner_bf16=e.bf16,
+                top_p=cfg.learn.sampling.top_p, top_k=cfg.learn.sampling.top_k, dtype=dtype, overrides=overrides,
                 before_ok=None if result.agreement_before is None or a is result.agreement_before
                 else not result.agreement_before.flagged,
                 reloaded=result.reloaded)
             problems.append(f"log-prob disagreement {label} ({'; '.join(a.reasons)}); likely: {causes[0]}"
                             + (f" (also: {'; '.join(causes[1:])})" if len(causes) > 1 else ""))
             break
+    else:  # the agreement held (or was not measured): what differs is still said
+        if dtype is not None:
+            th = thresholds_for(result.rollout_dtype, result.learner_dtype)
+            measured = result.agreement_before is not None or result.agreement_after is not None
+            warnings.append(f"{dtype}: the agreement was held to the 16-bit (bf16) thresholds ({th.text()}; fp32's: "
+                            f"{FP32_THRESHOLDS.text()}) and "
+                            + ("is within them" if measured else "was not measured (no sampled tokens)")
+                            + "; the rounding stays in every importance ratio: one dtype on both sides removes it")
+        warnings += overrides
     total = sum(result.outcomes.values())
     failing = sum(result.outcomes.get(o, 0) for o in FAILING)
     alarms = AlarmConfig()

@@ -49,6 +49,61 @@ def test_sampled_tokens_only_when_the_engine_gives_no_distribution():
     assert a.flagged and a.sampled_abs_diff_mean == pytest.approx(0.5, abs=1e-5)
 
 
+def test_a_top_k_kl_is_a_lower_bound_of_the_whole_one_and_still_flags_a_temperature_on_one_side():
+    """vLLM gives its k most likely tokens per position: the KL over those and the rest taken as one
+    outcome never exceeds the whole vocabulary's, so what it flags is flagged for certain."""
+    logits = _dist(3, vocab=200) * 3
+    rollout, learner = torch.log_softmax(logits / 0.7, -1), torch.log_softmax(logits, -1)
+    sampled = rollout.argmax(-1)
+    behaviour = rollout.gather(-1, sampled[:, None]).squeeze(-1)
+    whole = compare(rollout, learner, sampled, behaviour)
+    top = rollout.topk(20, -1)
+    part = compare(top.values, learner, sampled, behaviour, rollout_ids=top.indices)
+    assert (whole.kl_top, part.kl_top) == (0, 20)
+    assert 0 < part.kl <= whole.kl
+    assert part.flagged and any("top-20 (a lower bound) KL" in r for r in part.reasons), part.reasons
+    assert part.topk_overlap == whole.topk_overlap
+    every = rollout.topk(200, -1)  # every token listed: the split is the vocabulary, the KL the whole one
+    assert compare(every.values, learner, sampled, behaviour, rollout_ids=every.indices).kl == pytest.approx(whole.kl)
+    # vLLM's rows are ragged (k, or k + 1 with the sampled token): padding counts for nothing
+    pad = torch.full((top.indices.shape[0], 1), -1)
+    same = compare(torch.cat([top.values, torch.full(pad.shape, float("-inf"))], -1), rollout, sampled, behaviour,
+                   rollout_ids=torch.cat([top.indices, pad], -1))
+    assert not same.flagged and same.kl == pytest.approx(0.0, abs=1e-9) and same.topk_overlap == 1.0
+
+
+def _vllm_config(extra: dict):
+    import msgspec
+
+    from rlvr.cli.commands.up import builtin_config_path
+    from rlvr.cli.run_config import load_config
+    from rlvr.rollout.engines.base import VLLMEngineConfig
+
+    cfg = load_config(builtin_config_path())
+    engine = VLLMEngineConfig(model="m", dtype="float32", max_prompt_tokens=16, max_model_len=32, extra=extra)
+    return msgspec.structs.replace(cfg, rollout=msgspec.structs.replace(cfg.rollout, engine=engine))
+
+
+def test_a_vllm_extra_that_changes_the_distribution_is_named_when_agreement_holds_and_first_when_it_does_not():
+    import msgspec
+
+    from rlvr.cli.doctor.agreement import Agreement
+    from rlvr.cli.doctor.verdict import decide
+
+    cfg = _vllm_config({"logprobs_mode": "raw_logprobs", "dtype": "float32", "quantization": None,
+                        "enable_prefix_caching": False})  # the last three change nothing the doctor compares
+    agrees = Agreement(positions=128, sampled_abs_diff_mean=1e-4, sampled_abs_diff_max=1e-3, kl=1e-6,
+                       topk_overlap=1.0, flagged=False, reasons=[])
+    result = msgspec.structs.replace(_flat_result(), zero_variance_groups=0, agreement_before=agrees)
+    held = decide(cfg, result, [])
+    assert held.go, held
+    named = [w for w in held.warnings if w.startswith("rollout.engine.extra.")]
+    assert len(named) == 1 and named[0].startswith("rollout.engine.extra.logprobs_mode = 'raw_logprobs'"), named
+    flagged = msgspec.structs.replace(agrees, flagged=True, reasons=["sampled-token |diff| mean 0.3 > 0.02"])
+    broke = decide(cfg, msgspec.structs.replace(result, agreement_before=flagged), [])
+    assert not broke.go and "likely: rollout.engine.extra.logprobs_mode" in broke.first_fix, broke.first_fix
+
+
 def _flat_result(groups: int = 8):
     from rlvr.cli.doctor.session import SessionResult, Timing
 
@@ -227,3 +282,41 @@ def test_weights_not_reloaded_after_a_step_are_flagged(prepared):
     assert result.agreement_before is not None and not result.agreement_before.flagged
     assert result.agreement_after is not None and result.agreement_after.flagged, result.agreement_after
     assert not verdict.go and "reload" in verdict.first_fix, verdict.first_fix
+
+
+BF16_TEXT = "sampled-token |diff| mean <= 0.1, KL <= 0.05, top-5 overlap >= 0.6"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("side", ["rollout", "learner"])
+def test_a_bf16_side_against_an_fp32_side_is_go_and_named_with_the_bf16_thresholds(prepared, side):
+    import msgspec
+
+    cfg = prepared[0]
+    if side == "rollout":
+        cfg = msgspec.structs.replace(cfg, rollout=msgspec.structs.replace(
+            cfg.rollout, engine=msgspec.structs.replace(cfg.rollout.engine, dtype="bfloat16")))
+    else:
+        cfg = msgspec.structs.replace(cfg, learn=msgspec.structs.replace(
+            cfg.learn, engine=msgspec.structs.replace(cfg.learn.engine, bf16=True)))
+    result, verdict = _session(cfg, steps=0)
+    assert result.agreement_before is not None and not result.agreement_before.flagged, result.agreement_before
+    assert verdict.go, verdict
+    said = [w for w in verdict.warnings if w.startswith("dtype differs")]
+    rollout, learner = ("bfloat16", "float32") if side == "rollout" else ("float32", "bfloat16")
+    assert len(said) == 1 and f"the rollout runs {rollout}" in said[0] and f"the learner {learner}" in said[0], said
+    assert BF16_TEXT in said[0] and "is within them" in said[0], said
+
+
+@pytest.mark.slow
+def test_the_hf_engines_auto_dtype_is_float32_so_a_flagged_top_p_names_no_dtype_difference(prepared):
+    import msgspec
+
+    cfg = prepared[0]
+    cfg = msgspec.structs.replace(
+        cfg, rollout=msgspec.structs.replace(cfg.rollout, engine=msgspec.structs.replace(cfg.rollout.engine, dtype="auto")),
+        learn=msgspec.structs.replace(cfg.learn, sampling=msgspec.structs.replace(cfg.learn.sampling, top_p=0.5)))
+    result, verdict = _session(cfg, steps=0)
+    assert not verdict.go and "top_p = 0.5" in verdict.first_fix, verdict
+    assert "dtype" not in verdict.first_fix and not any("dtype" in w for w in verdict.warnings), verdict
+    assert (result.rollout_dtype, result.learner_dtype) == ("float32", "float32")
