@@ -124,7 +124,7 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
         return 0
     except Exception as e:  # reported, then a non-zero exit
         log.error("actor_failed", error=_describe(e), exc_info=e)
-        return 1
+        return _exit_code(e)
     finally:
         if multirank:
             from rlvr.learner.train.ranks import release_followers
@@ -133,6 +133,15 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
         shutdown_tracing()
         sys.stderr.flush()
     return 0
+
+
+def _exit_code(e: BaseException) -> int:
+    """The exit code a failure asks for (an ``exit_code`` of its own, found through task groups: 4, the
+    learner's stop of a run that cannot learn), else 1."""
+    if isinstance(e, BaseExceptionGroup):
+        return next((c for c in map(_exit_code, e.exceptions) if c != 1), 1)
+    code = getattr(e, "exit_code", None)
+    return code if isinstance(code, int) and code > 0 else 1
 
 
 def _describe(e: BaseException) -> str:

@@ -38,12 +38,11 @@ from rlvr.actors.logs import get_logger
 from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import remote_span_context, tracer
-from rlvr.learner.watch.alarm_edges import AlarmCleared
-from rlvr.learner.watch.alarms import Alarm, SignalWatch
+from rlvr.learner.watch.alarms import Alarm
+from rlvr.learner.watch.failure_stop import RunCannotLearnError
 from rlvr.learner.data.history import PromptHistory, read_selection, subset
-from rlvr.learner.watch.step_alarms import StepWatch
 from rlvr.learner.custody.checkpoint import CheckpointStore, LearnerState, is_disk_full
-from rlvr.learner.custody.custody import CONFLICT_ERROR, Custody, copy_rank, span_links
+from rlvr.learner.custody.custody import CONFLICT_ERROR, Custody, span_links
 from rlvr.learner.config import LearnConfig, train_dataset
 from rlvr.learner.data.datasets import load_splits
 from rlvr.learner.watch.eval_rounds import Evaluator
@@ -51,19 +50,24 @@ from rlvr.learner.data.feeder import Feeder
 from rlvr.learner.custody.groups import Group, GroupAssembler, filter_group, judged
 from rlvr.learner.custody.lease import LearnerLease
 from rlvr.learner.watch.metrics import MetricsWriter, batch_metrics, write_json_atomic, write_jsonl
-from rlvr.learner.watch.records import StepRecord, first_gain
+from rlvr.learner.watch.records import StepRecord, eval_summary
 from rlvr.learner.weights.rollout_versions import RolloutVersions
 from rlvr.learner.watch.sample_dump import SampleDump
+from rlvr.learner.watch.run_watch import RunWatch
 from rlvr.learner.watch.tally import RunTally
-from rlvr.protocol import OUTCOMES, Scored, decode
+from rlvr.protocol import OUTCOMES, ScoredGroup, decode
+from rlvr.protocol.groups import group_rank
 from rlvr.protocol.subjects import KV_CONFIG, KV_LEARNER
 from rlvr.protocol.validate import MessageInvalidError, check_token_ids_in_vocab
 
 if TYPE_CHECKING:
+    from rlvr.learner.watch.failure_stop import CannotLearn
     from rlvr.learner.weights.collective import CollectiveHost
     from rlvr.learner.train.trainer import Trainer
 
 log = get_logger("rlvr.learner")
+
+_FAILURE_CHECK_EVERY_S = 5.0  # while no group comes: how often the failure watch's time-based checks run
 
 
 class LearnActor:
@@ -88,9 +92,13 @@ class LearnActor:
         self.assembler = GroupAssembler(cfg.group_timeout_s)
         self._expired_at = 0.0  # stream time of the last expiry pass
         self._step_lock = anyio.Lock()  # one optimizer step, or one checkpoint taken while idle, at a time
-        # Says early when the reward carries no signal (learner/watch/alarms.py).
-        self.watch = SignalWatch(cfg.alarms)
-        self.step_watch = StepWatch(cfg.alarms.steps)
+        # The progress timer's summary write (in a thread) never lands after the stop's last word.
+        self._summary_lock = anyio.Lock()
+        self._summary_final = False
+        # Says early when the reward carries no signal or the steps go wrong, and when samples fail in a row:
+        # an alarm quoting the first failure, the feeder's backoff, the stop of a run that cannot learn.
+        self.watches = RunWatch(cfg.alarms, cfg.failures)
+        self.failures = self.watches.failures
         # Episode ends, tool errors and the pass rate by verifier over every training group.
         self.tally = RunTally()
         # What each step trained, for a person to read: <out>/samples/step-<N>.jsonl (docs/samples.md).
@@ -141,13 +149,13 @@ class LearnActor:
         )
         feeder.policy_version = self.state.version
         cd = ctx.bus.consumer_def("learn")
-        # Pending samples are bounded by the tasks in flight, plus the groups
+        # Held group messages are bounded by the tasks in flight, plus the groups
         # waiting for a step: never let the server's limit stall the learner.
-        need = 4 * cfg.inflight_limit * cfg.group_size + cfg.eval.prompts * cfg.eval.n
+        need = 4 * cfg.inflight_limit + cfg.eval.prompts
         cd = msgspec.structs.replace(cd, max_ack_pending=max(cd.max_ack_pending, need))
         consumer = Consumer(
-            ctx.bus, cd, stage="learn", decode=lambda d: decode(d, Scored), handle=self.on_scored,
-            concurrency=256, task_id_of=lambda s: s.sample.task_id,
+            ctx.bus, cd, stage="learn", decode=lambda d: decode(d, ScoredGroup), handle=self.on_scored,
+            concurrency=256, task_id_of=lambda g: g.task_id,
             # Held samples wait for a step and a checkpoint: the consumer keeps them alive.
             keep_alive_every_s=ctx.bus.cfg.ack_wait_s / 3,
             # Always from the checkpointed floor (1 before the first checkpoint): samples acked
@@ -175,11 +183,12 @@ class LearnActor:
         first = info.state.first_seq
         if first <= floor:
             return
-        settled = sum(1 for seq in self.custody.ledger.committed.values() if floor <= seq < first)
+        # One message per group: count the sequences, not the samples.
+        settled = len({seq for seq in self.custody.ledger.committed.values() if floor <= seq < first})
         lost = (first - floor) - settled
         if lost <= 0:
             return
-        what = (f"{lost} scored samples (stream sequences {floor} to {first - 1}) were removed by SCORED's "
+        what = (f"{lost} scored groups (stream sequences {floor} to {first - 1}) were removed by SCORED's "
                 f"retention (bus.scored_max_age_s / scored_max_bytes) before this learner trained them")
         if not self.cfg.allow_retention_gap:
             raise RetentionGapError(f"{what}; set learn.allow_retention_gap = true to continue without them")
@@ -234,8 +243,12 @@ class LearnActor:
             if io.evaluator.enabled and not any(e.label == "before" for e in self.state.eval_history):
                 await self._evaluate("before")
             tg.start_soon(io.feeder.run)
-            while self.state.step < self.cfg.steps:
-                await self._one_step()
+            try:
+                while self.state.step < self.cfg.steps:
+                    await self._one_step()
+            except RunCannotLearnError as e:
+                await self._stop_cannot_learn(e)
+                raise
             io.feeder.paused = True
             if io.evaluator.enabled:
                 await self._evaluate("after")
@@ -253,22 +266,45 @@ class LearnActor:
         cfg, feeder = self.cfg, self.io.feeder
         batch: list[Group] = []
         while len(batch) < cfg.groups_per_step:
-            group = await self.ready_recv.receive()
+            group = await self._next_group()
             result = filter_group(
                 group, current_version=self.state.version, max_staleness=cfg.max_staleness,
                 dynamic_sampling=cfg.dynamic_sampling, zero_variance_eps=cfg.zero_variance_eps,
                 process=cfg.engine.advantage.process if cfg.engine else "off",
             )
             await self._release(self.custody.filtered(group, result))
-            self._speak(self.watch.group(group, result))
-            self.tally.group([sc for _, sc in group.members])
+            members = [sc for _, sc in group.members]
+            self._speak(self.watches.signal.group(group, result) + self.failures.group(members))
+            self.tally.group(members, flat=result.flat)
+            feeder.delay_s = self.failures.backoff_s()
             # The curriculum's pass rate: a failed verification is no evidence, not a 0.
             feeder.done(group.group_id, [sc.verdict.reward for _, sc in group.members if judged(sc)],
                         group.members[0][1].sample.index)
             self.io.history.record(self.state.step, [sc for _, sc in group.members])
             if result.kept:
                 batch.append(Group(group.group_id, group.size, result.kept, group.first_seen))
+            self.failures.raise_if_cannot_learn()
         return batch
+
+    async def _next_group(self) -> Group:
+        """The next complete training group; while none comes, the failure watch's time-based checks
+        (its alarm, the stop) every few seconds."""
+        while True:
+            with anyio.move_on_after(_FAILURE_CHECK_EVERY_S):
+                return await self.ready_recv.receive()
+            self._speak(self.failures.check())
+            self.failures.raise_if_cannot_learn()
+
+    async def _stop_cannot_learn(self, e: RunCannotLearnError) -> None:
+        """Every recent sample failed, long enough: commit what was trained and dropped (nothing is lost),
+        write the summary that says what failed and how to fix it; the error then ends the role (exit 4)."""
+        self.io.feeder.paused = True
+        log.error("run_cannot_learn", **msgspec.to_builtins(e.stop))
+        async with self._step_lock:
+            await self._checkpoint(final=True)
+        async with self._summary_lock:
+            self._summary_final = True
+            self._write_summary(stopped=True, failure=e.stop)
 
     async def _one_step(self) -> None:
         t_wait = time.monotonic()
@@ -306,7 +342,7 @@ class LearnActor:
         self.io.metrics.write(flat)
         self.io.metrics.samples(self.state.step, scored)  # the trackers' sample tables
         await self.dump.write(self.state.step, scored)  # off the loop; a failing write is logged, never raised
-        self._speak(self.step_watch.step(flat))
+        self._speak(self.watches.steps.step(flat))
         self.last_record = record
         log.info("step", step=record.step, reward_mean=round(stats.get("reward_mean", 0.0), 4), samples=record.samples,
                  wait_s=round(wait_s, 4), train_s=round(train_s, 4), policy_version=record.policy_version)
@@ -316,56 +352,50 @@ class LearnActor:
             await self._evaluate(f"step{self.state.step}")
 
     def _run_totals(self) -> dict[str, float]:
-        drops = self.custody.drops
-        total_groups = sum(drops.groups.values())
-        out: dict[str, float] = {k: float(v) for k, v in drops.as_dict().items()}
-        seen_groups = total_groups + self.state.step * self.cfg.groups_per_step
-        out["zero_variance_share"] = drops.groups["zero_variance"] / seen_groups if seen_groups else 0.0
+        out: dict[str, float] = {k: float(v) for k, v in self.custody.drops.as_dict().items()}
+        out["zero_variance_share"] = self.tally.zero_variance_share()  # flat groups, trained or dropped
         out.update({f"outcome_{o}": float(self.custody.outcomes.get(o, 0)) for o in OUTCOMES})
         out["drop_late_duplicate"] = float(self.custody.late_duplicates)
         out.update(self.tally.flat())  # run_episode_end_<reason>, run_tool_errors_<tool>, run_pass_rate_<verifier>
         return out
 
     # --- custody, checkpoints, weights -----------------------------------------------
-    async def on_scored(self, scored: Scored, delivery: Delivery) -> Ack | Hold | Term:
-        sid, seq = scored.sample_id, delivery.stream_seq
-        rank = copy_rank(scored)
-        receipt = self.custody.receive(sid, seq, remote_span_context(delivery.trace_context), rank=rank)
-        if receipt in ("decided", "duplicate"):
-            return Ack()
-        if receipt == "held_again":
-            return Hold()
-        refused = self._out_of_vocab(scored)
-        if receipt == "conflict":  # the lower rank is kept, whichever came first; an unusable copy never is
-            if refused is not None:
-                return refused
-            aside, why, dead = self.custody.conflict(sid, seq, rank, lambda: self.assembler.replace(seq, scored))
-            outcome = Term(why, error_type=CONFLICT_ERROR, kind="conflict") if dead else Ack()
-            if aside == seq:
-                return outcome
-            await self.io.consumer.release(aside, outcome)
-            return Hold()
-        if refused is not None:
-            self.custody.drop(sid, "invalid")  # recorded in the next checkpoint; the Term settles the message
+    async def on_scored(self, group: ScoredGroup, delivery: Delivery) -> Ack | Hold | Term:
+        """One task's scored group: custody receives each member under the message's seq
+        (``Custody.receive_group``); the message is held while any member is."""
+        seq, refused = delivery.stream_seq, self._out_of_vocab(group)
+        intake = self.custody.receive_group(group.items(), seq, remote_span_context(delivery.trace_context),
+                                            group_rank(group), lambda sc: self.assembler.replace(seq, sc),
+                                            refuse=refused is not None)
+        for aside, why, dead in intake.released:
+            await self.io.consumer.release(aside, Term(why, error_type=CONFLICT_ERROR, kind="conflict") if dead
+                                           else Ack())
+        if refused is not None and not intake.held:
             return refused
-        if self.assembler.clock.saw(delivery.stored_at) - self._expired_at >= 1.0:
-            await self._expire_groups()  # before this sample joins: its own message stays held
-        group = self.assembler.add(seq, scored)
-        if group is not None:
-            if group.purpose == "eval":
-                self.io.evaluator.add(group)
-                await self._release(self.custody.evaluated([sc.sample_id for _, sc in group.members]))
+        if intake.joined and self.assembler.clock.saw(delivery.stored_at) - self._expired_at >= 1.0:
+            await self._expire_groups()  # before these samples join: their own message stays held
+        for sc in intake.joined:
+            if (complete := self.assembler.add(seq, sc)) is None:
+                continue
+            if complete.purpose == "eval":
+                self.io.evaluator.add(complete)
+                await self._release(self.custody.evaluated([m.sample_id for _, m in complete.members]))
             else:
-                self.ready_send.send_nowait(group)
-        return Hold()
+                self.ready_send.send_nowait(complete)
+        if intake.held:
+            return Hold()
+        if intake.put_aside is not None and intake.put_aside[1]:
+            return Term(intake.put_aside[0], error_type=CONFLICT_ERROR, kind="conflict")
+        return Ack()
 
-    def _out_of_vocab(self, scored: Scored) -> Term | None:
-        """A Term for a sample whose token ids the engine's vocabulary does not hold, checked
-        before the sample can reach the embedding (a device assert on a GPU)."""
+    def _out_of_vocab(self, group: ScoredGroup) -> Term | None:
+        """A Term for a group with token ids the engine's vocabulary does not hold, checked
+        before a sample can reach the embedding (a device assert on a GPU)."""
         if self.trainer is None or self.trainer.engine is None:
             return None
         try:
-            check_token_ids_in_vocab(scored, self.trainer.engine.vocab_size)
+            for sc in group.items():
+                check_token_ids_in_vocab(sc, self.trainer.engine.vocab_size)
         except MessageInvalidError as e:
             return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
         return None
@@ -441,27 +471,14 @@ class LearnActor:
         flat = result.flat()
         io.metrics.write({"event": "eval", **flat})
         log.info("eval", **flat)
-        self._speak(self.step_watch.eval_round(label, self.state.step, result.pass_at.get(1)))
+        self._speak(self.watches.steps.eval_round(label, self.state.step, result.pass_at.get(1)))
         if io.evaluator.last_kept:
             await anyio.to_thread.run_sync(
                 write_jsonl, self.out / "evals" / f"{self.state.eval_rounds:03d}-{label}.jsonl", io.evaluator.last_kept
             )
 
     def _speak(self, raised: list[Alarm]) -> None:
-        """Say each alarm whose condition started to hold, then each that cleared since (once each)."""
-        for alarm in raised:
-            self._raise(alarm)
-        for cleared in self.watch.take_cleared() + self.step_watch.take_cleared():
-            self._cleared(cleared)
-
-    def _raise(self, alarm: Alarm) -> None:
-        log.warning("run_alarm", kind=alarm.kind, verifier=alarm.verifier, message=alarm.message,
-                    outcomes=alarm.outcomes, examples=msgspec.to_builtins(alarm.examples))
-        self.io.metrics.write(alarm.record())
-
-    def _cleared(self, cleared: AlarmCleared) -> None:
-        log.info("run_alarm_cleared", kind=cleared.kind, verifier=cleared.verifier, seconds=cleared.seconds)
-        self.io.metrics.write(cleared.record())
+        self.watches.speak(raised, self.io.metrics.write)
 
     async def _report_progress(self) -> None:
         """While no step comes: a progress record every ``progress_every_s`` (what
@@ -470,15 +487,18 @@ class LearnActor:
         every = self.cfg.progress_every_s
         while True:
             await anyio.sleep(every)
-            self._speak(self.watch.check())
+            self._speak(self.watches.signal.check())
             if time.monotonic() - self.last_step_at >= every:
                 self.io.metrics.write({"event": "progress", "step": self.state.step,
                                        "seconds_since_step": round(time.monotonic() - self.last_step_at, 1),
-                                       "groups_seen": self.watch.groups_seen, "groups_kept": self.watch.groups_kept,
+                                       "groups_seen": self.watches.signal.groups_seen,
+                                       "groups_kept": self.watches.signal.groups_kept,
                                        **self.custody.accounting(self.state.samples_trained),
                                        **self._run_totals()})
                 summary = self._summary()  # built here: custody changes on this loop only
-                await anyio.to_thread.run_sync(write_json_atomic, self.out / "learner_summary.json", summary)
+                async with self._summary_lock:
+                    if not self._summary_final:
+                        await anyio.to_thread.run_sync(write_json_atomic, self.out / "learner_summary.json", summary)
 
     async def _expire_partial_groups(self) -> None:
         every = min(30.0, self.cfg.group_timeout_s / 4)
@@ -503,46 +523,30 @@ class LearnActor:
                 self.io.feeder.done(group.group_id)
         return len(expired)
 
-    def _write_summary(self, stopped: bool = False) -> None:
+    def _write_summary(self, stopped: bool = False, failure: CannotLearn | None = None) -> None:
         """``learner_summary.json``: written at the end, on a stop, and while no step comes."""
-        write_json_atomic(self.out / "learner_summary.json", self._summary(stopped))
+        write_json_atomic(self.out / "learner_summary.json", self._summary(stopped, failure))
 
-    def _summary(self, stopped: bool = False) -> dict:
-        evals = self.state.eval_history
-        before = next((e for e in evals if e.label == "before"), None)
-        after = next((e for e in reversed(evals) if e.label == "after"), None)
-        flat = [e.flat() for e in evals]
+    def _summary(self, stopped: bool = False, failure: CannotLearn | None = None) -> dict:
         now = time.monotonic()
         summary = {
             "run": self.io.ctx.names.run, "steps": self.state.step, "samples_trained": self.state.samples_trained,
             "policy_version": self.state.version, "stopped_early": stopped,
-            "pass_at_1_before": before.pass_at.get(1) if before else None,
-            "pass_at_1_after": after.pass_at.get(1) if after else None,
-            "evals": flat,
+            # pass@1 before and after, every round, and time_to_gain (the seconds from this learner's start)
+            **eval_summary(self.state.eval_history, self.cfg.eval.gain_points, self.started_unix),
             "samples": self.custody.accounting(self.state.samples_trained),
             "drops": self.custody.drop_totals(),
             # Copies of one sample id with other content (two verifier replicas' verdicts...): one kept by
             # content (the lower digest), the other dead-lettered as `conflict`.
             "conflicting_copies": self.custody.conflicts,
             "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
-            "alarms": [a.message for a in self.watch.active.values()] + self.step_watch.alerts(),
-            # Each alarm kind's episodes (raised, then cleared or still holding) and how long they held.
-            "alarm_counts": dict(self.step_watch.counts + self.watch.counts),
-            "alarm_seconds": {**self.step_watch.edges.seconds(now), **self.watch.edges.seconds(now)},
+            **self.watches.summary(now),  # alarms holding, each kind's raises and seconds held
             **self.tally.summary(),  # pass_rate by verifier over the run; episode ends, tool errors
             "learner_wall_seconds": time.monotonic() - self.started, "trainer": self.cfg.engine is not None,
         }
-        if before is not None:  # without a "before" round there is nothing to gain against
-            summary["time_to_gain"] = self._time_to_gain(flat)
+        if failure is not None:  # the run stopped because it cannot learn: what failed, how to fix it
+            summary["failure"] = msgspec.to_builtins(failure)
         return summary
-
-    def _time_to_gain(self, evals: list[dict]) -> dict | None:
-        """``first_gain`` of the eval rounds, with the seconds from this learner's start
-        (``up`` adds the seconds from its own start)."""
-        gain = first_gain(evals, self.cfg.eval.gain_points)
-        if gain is not None and gain["finished_at"]:
-            gain["learner_seconds"] = round(gain["finished_at"] - self.started_unix, 1)
-        return gain
 
     def heartbeat(self) -> HeartbeatFields:
         gauges = {k: float(v) for k, v in self.last_record.flat().items()} if self.last_record else {}
@@ -560,7 +564,7 @@ class LearnActor:
             counters["lease_renewal_failures"] = float(self._io.lease.renewal_failures)
         return HeartbeatFields(
             policy_version=self.state.version, in_flight=held, counters=counters, gauges=gauges,
-            alerts=self.watch.alerts() + self.step_watch.alerts(),
+            alerts=self.watches.alerts(),
         )
 
 
@@ -571,7 +575,7 @@ class _LearnerIO(msgspec.Struct):
     store: CheckpointStore
     lease: LearnerLease
     feeder: Feeder
-    consumer: Consumer[Scored]
+    consumer: Consumer[ScoredGroup]
     metrics: MetricsWriter
     history: PromptHistory
     evaluator: Evaluator

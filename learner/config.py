@@ -26,6 +26,7 @@ from rlvr.learner.data.dataset_config import (  # noqa: F401 (re-exported: the [
     VerifiersDataset,
 )
 from rlvr.learner.watch.alarms import AlarmConfig
+from rlvr.learner.watch.failure_stop import FailureConfig
 from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.protocol.tasks import SamplingParams, VerifierSpec
 
@@ -215,6 +216,10 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     eval: EvalConfig = EvalConfig()
     # Alarms that say early when the reward carries no signal (flat rewards, a verifier that fails).
     alarms: AlarmConfig = AlarmConfig()
+    # Training samples that fail in a row (no usable verdict: a failed verification, agent, environment, or a
+    # prompt the rollout cut): the samples_failing alarm, the feeder's backoff, and the stop of a run that
+    # cannot learn (exit 4, its checkpoint committed; docs/faults.md).
+    failures: FailureConfig = FailureConfig()
     # Experiment trackers beside metrics.jsonl: W&B and MLflow (off by default; docs/tracking.md).
     trackers: TrackersConfig = TrackersConfig()
     # The trained samples, written for a person to read: `<out_dir>/samples/step-<N>.jsonl` (docs/samples.md).

@@ -80,7 +80,9 @@ class LoraConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class TrainEngineConfig(Struct, frozen=True, forbid_unknown_fields=True):
-    model_path: str  # a Hugging Face model folder (config.json + weights)
+    # a Hugging Face model folder (config.json + weights); "@prepared": the model [learn.prepare] builds and
+    # warms up when `up` starts (the built-in example's).
+    model_path: str
     # DeepSpeed ZeRO stage: 0 plain data parallel; 1 shards optimizer states across ranks,
     # 2 also gradients, 3 also the parameters (for a model that does not fit on one GPU).
     zero_stage: Literal[0, 1, 2, 3] = 2

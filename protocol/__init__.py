@@ -13,6 +13,7 @@ from rlvr.protocol.codec import (
     encode,
 )
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
+from rlvr.protocol.groups import SampleGroup, ScoredGroup
 from rlvr.protocol.samples import (
     ENV_FAILURES, OUTCOMES, Completion, Episode, Sample, Scored, StepScore, Timings, Turn, Verdict,
 )
@@ -35,8 +36,10 @@ __all__ = [
     "MessageInvalidError",
     "RunNames",
     "Sample",
+    "SampleGroup",
     "SamplingParams",
     "Scored",
+    "ScoredGroup",
     "StepScore",
     "Task",
     "Timings",

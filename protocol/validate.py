@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
+from rlvr.protocol.groups import SampleGroup, ScoredGroup
 from rlvr.protocol.samples import MAX_INFO_BYTES, MAX_TOKEN_ID, Sample, Scored, Verdict
 from rlvr.protocol.tasks import SamplingParams, Task, VerifierSpec
 from rlvr.protocol.weights import WeightsAnnouncement
@@ -327,6 +328,43 @@ def check_scored(sc: Scored) -> None:
     _id("replica", sc.replica, empty_ok=True)
 
 
+def _check_members(run: str, task_id: str, samples: list[Sample]) -> None:
+    """A group message holds its task's whole group: samples 0..n-1 of one task, in order."""
+    _id("run", run)
+    _id("task_id", task_id)
+    if not samples:
+        _fail("samples is empty: a group message holds every sample of its task")
+    n = samples[0].group_size
+    if len(samples) != n:
+        _fail(f"samples holds {len(samples)} samples of a group of {n}: a group message holds them all")
+    for i, s in enumerate(samples):
+        if s.run != run or s.task_id != task_id or s.group_id != samples[0].group_id:
+            _fail(f"samples[{i}] is of run {s.run!r}, task {s.task_id!r}, group {s.group_id!r}; "
+                  f"the message is of run {run!r}, task {task_id!r}, group {samples[0].group_id!r}")
+        if s.sample_index != i or s.group_size != n:
+            _fail(f"samples[{i}] has sample_index {s.sample_index} and group_size {s.group_size}: "
+                  f"a group's samples come in order 0..{n - 1}")
+        try:
+            check_sample(s)
+        except MessageInvalidError as e:
+            raise MessageInvalidError(f"samples[{i}].{e.reason}") from None
+
+
+def check_sample_group(g: SampleGroup) -> None:
+    _check_members(g.run, g.task_id, g.samples)
+
+
+def check_scored_group(g: ScoredGroup) -> None:
+    _check_members(g.run, g.task_id, g.samples)
+    if len(g.verdicts) != len(g.samples):
+        _fail(f"verdicts holds {len(g.verdicts)} verdicts for {len(g.samples)} samples (one each)")
+    for i, (s, v) in enumerate(zip(g.samples, g.verdicts)):
+        check_verdict(v, f"verdicts[{i}]")
+        if v.steps and v.steps[-1].end > len(s.text):
+            _fail(f"verdicts[{i}].steps end at {v.steps[-1].end}, past the {len(s.text)} characters of the text")
+    _id("replica", g.replica, empty_ok=True)
+
+
 def check_weights(w: WeightsAnnouncement) -> None:
     _count("files", len(w.files), MAX_WEIGHT_FILES)
     _finite("created_at", w.created_at, 0.0)
@@ -348,6 +386,10 @@ def check_message(msg: object) -> None:
             check_sample(msg)
         case Scored():
             check_scored(msg)
+        case SampleGroup():
+            check_sample_group(msg)
+        case ScoredGroup():
+            check_scored_group(msg)
         case WeightsAnnouncement():
             check_weights(msg)
         case Heartbeat() | Control() | DeadLetter():
@@ -384,7 +426,9 @@ __all__ = [
     "MessageInvalidError",
     "check_message",
     "check_sample",
+    "check_sample_group",
     "check_scored",
+    "check_scored_group",
     "check_task",
     "check_token_ids_in_vocab",
     "check_verdict",

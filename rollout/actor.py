@@ -3,9 +3,9 @@
 It pulls tasks from the shared ``rollout`` consumer (at most
 ``max_inflight_tasks`` in hand; the engine batches them continuously), keeps
 each alive with ``in_progress`` while it generates, publishes the group's
-samples with ``Nats-Msg-Id = task_id/index``, and acks the task only after
-every sample is acknowledged by JetStream. A redelivered task republishes
-the same ids, which JetStream's duplicate window drops.
+samples as one ``SampleGroup`` with ``Nats-Msg-Id = task_id/group``, and acks
+the task only after JetStream acknowledged it. A redelivered task republishes
+the same id, which JetStream's duplicate window drops.
 
 Policy versions: a sample carries the lowest and the highest weights version
 it was generated under (they differ only when a reload landed mid-generation).
@@ -13,8 +13,9 @@ it was generated under (they differ only when a reload landed mid-generation).
 Weight reloads come from ``rlvr.rollout.weights_sync`` (announcements on the
 WEIGHTS stream). A prompt the engine rejects as too long still yields ``n``
 samples with ``finish_reason = "rejected"`` so the learner's group accounting
-closes; the verifier scores them ``parse_error`` and the learner counts the
-drop. An engine that died ends the replica with a non-zero exit.
+closes; their text says why ("prompt has 40 tokens > limit 32"); the verifier
+scores them ``parse_error`` and the learner counts the drop. An engine that
+died ends the replica with a non-zero exit.
 
 With ``[rollout.agent]`` set, the replica serves an ``AgentEndpoint`` and plays
 every task without an ``env`` as ``n`` episodes of that agent
@@ -32,7 +33,7 @@ from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import LatencyMeter, RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import hop_span
-from rlvr.protocol import Sample, Task, Timings, decode
+from rlvr.protocol import Sample, SampleGroup, Task, Timings, decode
 from rlvr.protocol.tasks import task_meaning
 from rlvr.protocol.validate import MessageInvalidError, check_task
 from rlvr.rollout.config import RolloutConfig
@@ -180,7 +181,7 @@ class RolloutActor:
             return single_turn(await self.engine.generate(task.prompt, task.n, task.sampling))
         except PromptTooLongError as e:
             log.warning("prompt_rejected", reason=str(e))
-            return single_turn(_rejected(task, self.version), rejected=True)
+            return single_turn(_rejected(task, self.version, str(e)), rejected=True)
         except EngineDeadError as e:
             raise ActorFatalError(f"engine died: {e}") from e
 
@@ -249,11 +250,11 @@ class RolloutActor:
                 ),
             )
             samples.append(sample)
-        # All n publishes in flight at once (publish_async): one socket write per
-        # group instead of n round trips. The task is acked (by the caller) only
-        # after every PubAck is in; a failed publish fails the group and the task
-        # is nak'ed, and its republished samples are deduplicated by Nats-Msg-Id.
-        await self.ctx.bus.publish_many(self.ctx.names.rollouts, [(s, s.sample_id) for s in samples])
+        # One message for the whole group (protocol/groups.py): a hop costs per message, not per byte.
+        # The task is acked (by the caller) only after its PubAck is in; a failed publish naks the
+        # task, and the group published again is deduplicated by its Nats-Msg-Id.
+        group = SampleGroup(task.run, task.task_id, samples)
+        await self.ctx.bus.publish(self.ctx.names.rollouts, group, msg_id=group.msg_id)
         self.tokens.add(sum(s.completion.policy_tokens() for s in samples))
         self.samples.add(len(samples))
 
@@ -285,10 +286,12 @@ class RolloutActor:
         )
 
 
-def _rejected(task: Task, version: int) -> GroupResult:
+def _rejected(task: Task, version: int, why: str) -> GroupResult:
+    """``n`` empty generations for a rejected prompt; their text says why (the verifier never reads it: it
+    scores a rejected sample at once, quoting this, so the learner can name the limit and its numbers)."""
     from rlvr.rollout.engines.base import Generation
 
-    empty = Generation(ids=[], logprobs=[], text="", finish_reason="abort")
+    empty = Generation(ids=[], logprobs=[], text=f"{why} (rollout.engine.max_prompt_tokens)", finish_reason="abort")
     return GroupResult(
         prompt_ids=[], generations=[empty] * task.n, weights_version_min=version, weights_version_max=version
     )

@@ -129,7 +129,7 @@ async def run_episode(engine: Any, task: Task, index: int, settings: EpisodeSett
         thread.stop()
     if state.end in ENV_FAILURES:  # scored error, never trained: the replica's log says why (a server down ...)
         log.warning("env_episode_ended", episode=f"{task.task_id}/{index}", environment=spec.name,
-                    reason=state.end, detail=state.detail[:300])
+                    reason=state.end, detail=state.detail)  # bounded at 2000: never cut to its first words
     return _result(task, transcript, state)
 
 

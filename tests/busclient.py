@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import anyio
 import nats
 
-from rlvr.protocol import RunNames, decode, encode
+from rlvr.protocol import RunNames, Sample, SampleGroup, Scored, ScoredGroup, decode, encode
 from rlvr.protocol.codec import Message
 
 T = TypeVar("T")
@@ -65,6 +65,14 @@ class BusClient:
 
     def decoded(self, kind: str, typ: type[T]) -> list[T]:
         return [decode(data, typ) for _, data, _ in self.stream_messages(kind)]
+
+    def rollouts(self) -> list[Sample]:
+        """Every sample on ROLLOUTS, each group message's members in order."""
+        return [s for g in self.decoded("ROLLOUTS", SampleGroup) for s in g.samples]
+
+    def scored(self) -> list[Scored]:
+        """Every scored sample on SCORED, each group message's members in order."""
+        return [sc for g in self.decoded("SCORED", ScoredGroup) for sc in g.items()]
 
     def stream_count(self, kind: str) -> int:
         async def go(nc, js):

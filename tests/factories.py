@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from rlvr.protocol import Completion, Sample, SamplingParams, Scored, Task, Verdict, VerifierSpec
+from rlvr.protocol import (Completion, Sample, SampleGroup, SamplingParams, Scored, ScoredGroup, Task, Verdict,
+                           VerifierSpec)
 
 
 def make_task(run: str = "t", k: int = 0, prompt: str = "2+3=", gold: str = "5", n: int = 4, **kw) -> Task:
@@ -30,3 +31,18 @@ def make_scored(run: str = "t", k: int = 0, i: int = 0, reward: float = 1.0, n: 
                 outcome: str = "ok") -> Scored:
     sample = make_sample(run, k, i, n=n, version=version)
     return Scored(sample=sample, verdict=Verdict(reward, outcome, "exact", {"accuracy": reward}))  # type: ignore[arg-type]
+
+
+def make_group(run: str = "t", k: int = 0, n: int = 1, **kw) -> SampleGroup:
+    """Task ``k``'s whole group as ROLLOUTS carries it: ``n`` samples (``make_sample``'s keywords), in order."""
+    return SampleGroup(run, f"{run}-t{k}", [make_sample(run, k, i, n=n, **kw) for i in range(n)])
+
+
+def make_scored_group(run: str = "t", k: int = 0, rewards: list[float] | None = None, version: int = 0,
+                      outcome: str = "ok", replica: str = "") -> ScoredGroup:
+    """Task ``k``'s group as SCORED carries it: one sample per reward (default one, rewarded 1.0)."""
+    rewards = [1.0] if rewards is None else rewards
+    n = len(rewards)
+    samples = [make_sample(run, k, i, n=n, version=version) for i in range(n)]
+    verdicts = [Verdict(r, outcome, "exact", {"accuracy": r}) for r in rewards]  # type: ignore[arg-type]
+    return ScoredGroup(run, f"{run}-t{k}", samples, verdicts, replica)

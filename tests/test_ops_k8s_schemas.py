@@ -255,7 +255,7 @@ def test_scaled_object_names_the_run_s_account_stream_and_consumer(tmp_path: Pat
     assert re.search(r"^accounts \{\s*RUN_demo \{", accounts, re.M)
     assert "s/RUN_demo/RUN_$RUN/g" in (OPS / "gen-secrets.sh").read_text()
     assert meta["account"] == f"RUN_{run}"
-    # lagThreshold is samples per replica; = what one replica holds at once.
+    # lagThreshold is groups (messages) per replica; = what one replica holds at once.
     assert int(meta["lagThreshold"]) == cfg.verify.concurrency
     assert meta["useHttps"] == "false"
     so = _scaled_object()

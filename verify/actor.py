@@ -1,23 +1,26 @@
-"""The verifier actor: samples in, Scored out.
+"""The verifier actor: sample groups in, scored groups out.
 
 It pulls from the shared ``verify`` consumer (every replica binds the same
-durable, so replicas split the work and a message goes to one at a time),
-scores each sample in the killable worker pool, publishes ``Scored`` with
-``Nats-Msg-Id = task_id/index#<meaning digest>.<verdict digest>`` (``scored_msg_id``)
-and only then acks. A replica killed while holding a message lets it be
-redelivered after ``ack_wait``; the republished Scored, scored alike, has the
-same id, so it is stored once. A sample published again under its id with
-other content, or scored with another verdict by another replica, gets
-another id, so the learner sees both and keeps one by content, whichever
-replica scored each and whichever was stored first.
+durable, so replicas split the work and a message goes to one at a time).
+A message is one task's whole group (``SampleGroup``, protocol/groups.py);
+each sample is scored (in the killable worker pool, all of a group's at once,
+or here and now when the verdict is known at once), and the group goes out as
+one ``ScoredGroup`` with ``Nats-Msg-Id = <task_id>/group#<meaning>.<verdicts>``
+(``scored_group_msg_id``); only then is the input acked. A replica killed
+while holding a group lets it be redelivered after ``ack_wait``; the group
+scored again alike has the same id, so it is stored once. A group published
+again under its id with other content, or scored with another verdict by
+another replica, gets another id, so the learner sees both and keeps one by
+content.
 
-Outcomes are data: a timeout is ``outcome="timeout"`` in the Scored message
+Outcomes are data: a timeout is ``outcome="timeout"`` in the verdict
 (counted apart from wrong answers), never a missing reward. A spec naming an
-unknown verifier or bad parameters is dead-lettered with the reason: no
-retry can fix it. Plug-in verifiers are imported here once, at start-up,
-from this role's own ``[verify] plugins``; a message naming any other import
-path is dead-lettered, and nothing it names is ever imported. A prompt the
-rollout rejected is scored ``parse_error`` without running a verifier.
+unknown verifier or bad parameters is dead-lettered with the reason (the
+whole group: one task's samples share their spec): no retry can fix it.
+Plug-in verifiers are imported here once, at start-up, from this role's own
+``[verify] plugins``; a message naming any other import path is
+dead-lettered, and nothing it names is ever imported. A prompt the rollout
+rejected is scored ``parse_error`` without running a verifier.
 """
 
 from __future__ import annotations
@@ -31,15 +34,16 @@ from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import RateMeter
 from rlvr.actors.runtime import ActorContext, HeartbeatFields
 from rlvr.actors.tracing import hop_span
-from rlvr.protocol import Sample, Scored, Verdict, decode
-from rlvr.protocol.samples import ENV_FAILURES, sample_meaning, scored_msg_id
-from rlvr.protocol.validate import MessageInvalidError, check_sample, check_verdict
+from rlvr.protocol import Sample, SampleGroup, ScoredGroup, Verdict, decode
+from rlvr.protocol.groups import group_meaning, scored_group_msg_id
+from rlvr.protocol.samples import ENV_FAILURES
+from rlvr.protocol.validate import MessageInvalidError, check_sample_group, check_verdict
 from rlvr.verify.config import VerifyConfig
 from rlvr.verify.pool import INLINE_VERIFIERS, VerifierPool
 from rlvr.sandbox.base import SandboxUnavailableError
 from rlvr.sandbox.levels import choose_level
 from rlvr.sandbox.levels import gauges as sandbox_gauges
-from rlvr.verify.registry import VerifierSpecError, context_for_sample, load_plugins
+from rlvr.verify.registry import VerifierSpecError, context_for_sample, load_plugins, resolve
 
 log = get_logger("rlvr.verify")
 
@@ -53,7 +57,7 @@ class VerifyActor:
         load_plugins(cfg.plugins)
         if cfg.plugins:
             log.info("verifier_plugins_loaded", plugins=list(cfg.plugins))
-        self.consumer: Consumer[Sample] | None = None
+        self.consumer: Consumer[SampleGroup] | None = None
         self.pool: VerifierPool | None = None
         self.outcomes: Counter[str] = Counter()
         self.rate = RateMeter()
@@ -69,91 +73,108 @@ class VerifyActor:
                 ctx.bus,
                 ctx.bus.consumer_def("verify"),
                 stage="verify",
-                decode=lambda data: decode(data, Sample),
+                decode=lambda data: decode(data, SampleGroup),
                 handle=self.handle,
                 concurrency=self.cfg.concurrency,
-                task_id_of=lambda s: s.task_id,
-                validate=check_sample,  # before any verifier sees it: dead-lettered with the field
-                meaning=sample_meaning,  # a regenerated copy of a slot is a duplicate, not a conflict
+                task_id_of=lambda g: g.task_id,
+                validate=check_sample_group,  # before any verifier sees it: dead-lettered with the field
+                # A group generated again is a duplicate, not a conflict.
+                meaning=lambda g: group_meaning(g.samples),
                 keep_alive_every_s=self.cfg.in_progress_every_s,
                 forward=self.forward,
             )
             await self.consumer.run(ctx.stop)
 
-    async def handle(self, sample: Sample, delivery: Delivery) -> Term | None:
-        """A sample ``forward`` left to a lane: scored in the pool, then published."""
+    async def handle(self, group: SampleGroup, delivery: Delivery) -> Term | None:
+        """A group ``forward`` left to a lane: its samples scored in the pool at once, then published."""
         assert self.pool is not None
-        with hop_span("verify.score", delivery.trace_context, self._span_attributes(sample)) as span:
+        pool, samples = self.pool, group.samples
+        verdicts: list[Verdict | None] = [None] * len(samples)
+        with hop_span("verify.score", delivery.trace_context, self._span_attributes(group)) as span:
             try:
-                verdict = self._verdict_now(sample)
-                if verdict is None:
+                _check_specs(samples)  # a bad spec raises here, not inside the task group below
+                pending = []
+                for i, sample in enumerate(samples):
+                    verdicts[i] = self._verdict_now(sample)
+                    if verdicts[i] is None:
+                        pending.append(i)
+
+                async def one(i: int) -> None:
                     # Kept alive meanwhile by the consumer's ticker (keep_alive_every_s).
-                    verdict = await self.pool.verify(
-                        sample.verifier, sample.text, context_for_sample(sample, self.sandbox)
-                    )
+                    s = samples[i]
+                    verdicts[i] = await pool.verify(s.verifier, s.text, context_for_sample(s, self.sandbox))
+
+                async with anyio.create_task_group() as tg:
+                    for i in pending:
+                        tg.start_soon(one, i)
             except VerifierSpecError as e:  # raised before dispatch: dead-lettered, never retried
                 self.outcomes["bad_spec"] += 1
                 return Term(str(e), "VerifierSpecError")
-            scored = self._scored(sample, verdict, span)
+            scored = self._scored(group, verdicts, span)  # type: ignore[arg-type]
             if isinstance(scored, Term):
                 return scored
-            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=scored_msg_id(sample, scored.verdict))
-        self._count(verdict)
+            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=scored_group_msg_id(scored))
+        self._count(scored.verdicts)
         return None
 
-    def forward(self, sample: Sample, delivery: Delivery) -> Forward | Term | None:
-        """The fast path, run by the consumer as it pulls: a verdict known at
-        once (``INLINE_VERIFIERS``, a rejected prompt, a failed environment)
-        becomes a ``Scored`` that the consumer publishes with the pull's other
-        results, acking the sample once it is stored. None: the sample needs
-        the pool, and goes to ``handle``."""
+    def forward(self, group: SampleGroup, delivery: Delivery) -> Forward | Term | None:
+        """The fast path, run by the consumer as it pulls: a group whose every
+        verdict is known at once (``INLINE_VERIFIERS``, a rejected prompt, a
+        failed environment) becomes a ``ScoredGroup`` that the consumer publishes
+        with the pull's other results, acking the input once it is stored. None:
+        some sample needs the pool, and the group goes to ``handle``."""
         try:
-            verdict = self._verdict_now(sample)
+            verdicts = [self._verdict_now(s) for s in group.samples]
         except VerifierSpecError as e:
             self.outcomes["bad_spec"] += 1
             return Term(str(e), "VerifierSpecError")
-        if verdict is None:
+        if any(v is None for v in verdicts):
             return None
-        with hop_span("verify.score", delivery.trace_context, self._span_attributes(sample)) as span:
-            scored = self._scored(sample, verdict, span)
+        with hop_span("verify.score", delivery.trace_context, self._span_attributes(group)) as span:
+            scored = self._scored(group, verdicts, span)  # type: ignore[arg-type]
             if isinstance(scored, Term):
                 return scored
-            headers = self.ctx.bus.headers_for(scored_msg_id(sample, scored.verdict))  # inside the span: the output continues it
-        self._count(verdict)
+            headers = self.ctx.bus.headers_for(scored_group_msg_id(scored))  # inside the span: the output continues it
+        self._count(scored.verdicts)
         return Forward(self.ctx.names.scored, scored, headers)
 
     def _verdict_now(self, sample: Sample) -> Verdict | None:
         """The verdict when no worker is needed; None when the pool must score it."""
-        if sample.finish_reason == "rejected":
-            return Verdict(0.0, "parse_error", sample.verifier.name, detail="prompt rejected by the rollout")
+        if sample.finish_reason == "rejected":  # its text says why (the rollout's limit and the numbers)
+            why = f": {sample.text[:500]}" if sample.text else ""
+            return Verdict(0.0, "parse_error", sample.verifier.name, detail=f"prompt rejected by the rollout{why}")
         if sample.episode is not None and sample.episode.end_reason in ENV_FAILURES:
             # The environment failed, not the policy: an error, never a 0 that reads as a wrong answer.
+            # The detail's end is kept: a traceback's last line names what failed.
             e = sample.episode
-            return Verdict(0.0, "error", sample.verifier.name,
-                           detail=f"episode ended {e.end_reason} ({e.environment}): {e.detail}"[:2000])
+            head = f"episode ended {e.end_reason} ({e.environment}): "
+            return Verdict(0.0, "error", sample.verifier.name, detail=head + e.detail[-(2000 - len(head)):])
         assert self.pool is not None
         if sample.verifier.name not in INLINE_VERIFIERS:
             return None
         return self.pool.verify_now(sample.verifier, sample.text, context_for_sample(sample, self.sandbox))
 
-    def _scored(self, sample: Sample, verdict: Verdict, span) -> Scored | Term:
-        try:
-            check_verdict(verdict)  # a NaN reward must never reach the learner
-        except MessageInvalidError as e:
-            self.outcomes["invalid_verdict"] += 1
-            return Term(f"verifier {sample.verifier.name!r} returned an unusable verdict: {e.reason}",
-                        "MessageInvalidError", kind="invalid")
+    def _scored(self, group: SampleGroup, verdicts: list[Verdict], span) -> ScoredGroup | Term:
+        for sample, verdict in zip(group.samples, verdicts, strict=True):
+            try:
+                check_verdict(verdict)  # a NaN reward must never reach the learner
+            except MessageInvalidError as e:
+                self.outcomes["invalid_verdict"] += 1
+                return Term(f"verifier {sample.verifier.name!r} returned an unusable verdict for "
+                            f"{sample.sample_id}: {e.reason}", "MessageInvalidError", kind="invalid")
         if span.is_recording():  # an unsampled trajectory pays nothing more
-            span.set_attributes({"rlvr.outcome": verdict.outcome, "rlvr.reward": verdict.reward})
-        return Scored(sample=sample, verdict=verdict, replica=self.ctx.replica)
+            span.set_attributes({"rlvr.outcomes": ",".join(v.outcome for v in verdicts),
+                                 "rlvr.reward_mean": sum(v.reward for v in verdicts) / len(verdicts)})
+        return ScoredGroup(group.run, group.task_id, group.samples, verdicts, replica=self.ctx.replica)
 
     @staticmethod
-    def _span_attributes(sample: Sample) -> dict[str, str]:
-        return {"rlvr.sample_id": sample.sample_id, "rlvr.verifier": sample.verifier.name}
+    def _span_attributes(group: SampleGroup) -> dict[str, str]:
+        return {"rlvr.task_id": group.task_id, "rlvr.verifier": group.samples[0].verifier.name if group.samples else ""}
 
-    def _count(self, verdict: Verdict) -> None:
-        self.outcomes[verdict.outcome] += 1
-        self.rate.add(1)
+    def _count(self, verdicts: list[Verdict]) -> None:
+        for v in verdicts:
+            self.outcomes[v.outcome] += 1
+        self.rate.add(len(verdicts))
 
     def _choose_sandbox(self) -> None:
         """Probe the sandbox level once, say which and why; workers then use
@@ -179,3 +200,11 @@ class VerifyActor:
         )
 
 
+def _check_specs(samples: list[Sample]) -> None:
+    """Resolve each distinct verifier spec of a group once (one task's samples share theirs): raises
+    ``VerifierSpecError`` naming an unknown verifier or a bad parameter."""
+    seen: list = []
+    for s in samples:
+        if s.verifier not in seen:
+            seen.append(s.verifier)
+            resolve(s.verifier)

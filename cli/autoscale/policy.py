@@ -3,8 +3,8 @@
 Inputs (an ``Observation``, made by ``rlvr.cli.autoscale.observe``):
 
 - the backlog of the ``verify`` durable on ROLLOUTS: ``num_pending +
-  num_ack_pending``, the samples not yet delivered plus those delivered and
-  not yet acked (held by a replica);
+  num_ack_pending``, the groups (one message each, protocol/groups.py) not yet
+  delivered plus those delivered and not yet acked (held by a replica);
 - each replica's heartbeat: its age, its state (``draining``), its pool's busy
   share (``workers_busy / pool_size``), its throughput and latency p99.
 
@@ -61,11 +61,11 @@ class AutoscaleConfig(Struct, frozen=True, forbid_unknown_fields=True):
     min_replicas: Annotated[int, Meta(ge=1)] = 1
     # Most verifier replicas, whatever the backlog (each runs verify.pool_size workers).
     max_replicas: Annotated[int, Meta(ge=1)] = 4
-    # Samples waiting or held (the verify consumer's pending + ack pending) one replica
-    # should carry. Above it (by `tolerance`) replicas are added; a replica is drained
-    # only when the rest would carry half of it. A few times verify.concurrency (what one
-    # replica holds at once) plus the queue you accept; KEDA's lagThreshold is the same.
-    target_backlog_per_replica: Annotated[int, Meta(ge=1)] = 32
+    # Groups (one message each) waiting or held (the verify consumer's pending + ack pending)
+    # one replica should carry. Above it (by `tolerance`) replicas are added; a replica is
+    # drained only when the rest would carry half of it. 4 groups of 8 are 32 samples; KEDA's
+    # lagThreshold counts the same messages.
+    target_backlog_per_replica: Annotated[int, Meta(ge=1)] = 4
     # Relative slack above the target before scaling up.
     tolerance: Annotated[float, Meta(ge=0)] = 0.1
     # Seconds after a step up before another: new replicas start and pull meanwhile.

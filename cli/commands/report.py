@@ -320,6 +320,14 @@ def format_report(s: dict) -> str:
         if key in s:
             rows.append((label, str(s[key])))
     rows += [("ALARM", alarm) for alarm in s.get("alarms") or []]
+    killed = [r for r, c in (s.get("role_exit_codes") or {}).items() if isinstance(c, int) and c < 0]
+    if killed:
+        rows.append(("killed at the stop", ", ".join(killed)))
+    if isinstance(s.get("failure"), dict):  # the learner stopped a run that cannot learn
+        f = s["failure"]
+        rows += [("STOPPED", str(f.get("what", ""))), ("first failure", f"{f.get('kind')} from {f.get('source')}: "
+                                                                         f"{f.get('line', '')}"),
+                 ("how to fix it", str(f.get("fix", "")))]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 

@@ -10,7 +10,12 @@
    SIGTERM (they drain), stop the server, and print the summary.
 
 A child that exits non-zero while the run is going stops the run: ``up``
-says which and where its log is, and exits non-zero itself. With
+says which and where its log is, and exits non-zero itself. The learner
+stops a run that cannot learn (every recent training sample failed:
+``rlvr.learner.watch.failure_stop``) with exit code 4; ``up`` shows the
+first failure's exception line and the fix, and ends with 4. A role that
+has to be killed at the stop (it did not drain within ``up.stop_timeout_s``)
+makes the exit code 1 if it was 0: the summary never says 0 for that. With
 ``[autoscale] enabled``, the verifier replicas belong to the autoscaler
 (``rlvr.cli.autoscale``): it starts them, drains them, and replaces one that
 dies; only replicas that keep failing at start stop the run.
@@ -39,6 +44,7 @@ from rlvr.cli.children import Child, child_env, spawn_role
 from rlvr.cli.natsserver import NatsServer
 from rlvr.cli.run_config import Config, ConfigError, dump_config, load_config
 from rlvr.cli.ui.display import make_display
+from rlvr.learner.watch.failure_stop import CANNOT_LEARN_EXIT
 
 DESCRIPTION = "Start an embedded nats-server and every role as its own process."
 
@@ -152,10 +158,13 @@ def run(args: Args) -> int:
     finally:
         if scaler is not None:
             scaler.stop()
-        _stop_all(_running(children, scaler), cfg.up.stop_timeout_s, display)
+        everyone = _running(children, scaler)
+        killed = _stop_all(everyone, cfg.up.stop_timeout_s, display)
         server.stop()
+    if killed and code == 0:
+        code = 1  # a role that would not stop is a fault, whatever came before it
     wall = time.monotonic() - started
-    summary = _write_summary(run_dir, cfg, wall, code, scaler, started_at)
+    summary = _write_summary(run_dir, cfg, wall, code, scaler, started_at, everyone)
     if (run_dir / "metrics.jsonl").exists():
         try:
             from rlvr.cli.commands.report import summarize, write_plots
@@ -261,7 +270,11 @@ def _supervise(children: list[Child], stop: StopRequest, display, scaler: Autosc
         display.tick(_running(children, scaler))  # a drained replica leaves the view
         rc = learner.proc.poll()
         if rc is not None:
-            if rc != 0:
+            if rc == CANNOT_LEARN_EXIT:  # it stopped the run itself, saying what failed and how to fix it
+                display.error(f"the learner stopped the run (exit {rc}): "
+                              f"{learner.failure().removeprefix('RunCannotLearnError: ')}\n"
+                              f"  (the whole log: {learner.log_path}; the summary below says it again)")
+            elif rc != 0:
                 display.error(f"learner exited with {rc}: {learner.failure() or 'no reason logged'}\n"
                               f"  (the whole log: {learner.log_path})")
             return rc
@@ -279,8 +292,11 @@ def _supervise(children: list[Child], stop: StopRequest, display, scaler: Autosc
     return 0
 
 
-def _stop_all(children: list[Child], timeout_s: float, display) -> None:
+def _stop_all(children: list[Child], timeout_s: float, display) -> list[str]:
+    """SIGTERM every live child (they drain), SIGKILL the group of any still running after
+    ``timeout_s``; the replicas that had to be killed."""
     live = [c for c in children if c.proc.poll() is None]
+    killed = []
     for c in live:
         os.kill(c.proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
@@ -291,12 +307,14 @@ def _stop_all(children: list[Child], timeout_s: float, display) -> None:
             display.error(f"{c.replica} did not stop within {timeout_s}s; killing pid {c.proc.pid}")
             os.killpg(c.proc.pid, signal.SIGKILL)
             c.proc.wait()
+            killed.append(c.replica)
     for c in children:
-        display.info(f"{c.replica} exited with {c.proc.returncode}")
+        display.info(f"{c.replica} exited with {c.proc.returncode}" + (" (killed)" if c.replica in killed else ""))
+    return killed
 
 
 def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int, scaler: Autoscaler | None,
-                   started_at: float) -> dict:
+                   started_at: float, children: list[Child]) -> dict:
     learner = run_dir / "learner_summary.json"
     summary = json.loads(learner.read_text()) if learner.exists() else {}
     gain = summary.get("time_to_gain")
@@ -307,6 +325,8 @@ def _write_summary(run_dir: Path, cfg: Config, wall: float, code: int, scaler: A
         engine=cfg.rollout.engine.__struct_config__.tag,
         wall_seconds=round(wall, 1),
         exit_code=code,
+        # Each role's own exit code (-9: killed at the stop); up's exit_code is never 0 when one was killed.
+        role_exit_codes={c.replica: c.proc.returncode for c in children},
     )
     if scaler is not None:
         summary["autoscale"] = autoscale_summary(scaler)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Literal
 
@@ -57,6 +58,16 @@ from rlvr.protocol import Scored
 from rlvr.protocol.samples import sample_meaning
 
 Receipt = Literal["new", "held_again", "decided", "duplicate", "conflict"]
+
+
+@dataclass
+class Intake:
+    """What one group message became (``Custody.receive_group``)."""
+
+    joined: list[Scored] = field(default_factory=list)  # new members, for the group assembler
+    held: bool = False  # some member is held under the message's seq: hold it
+    put_aside: tuple[str, bool] | None = None  # this copy was put aside for a conflict: (why, dead-letter it)
+    released: list[tuple[int, str, bool]] = field(default_factory=list)  # other messages now free: (seq, why, dead)
 CONFLICT_ERROR = "ConflictingDuplicate"
 MEANING_BYTES = 8  # the first bytes of a rank: two copies of one slot share them
 
@@ -82,6 +93,9 @@ class Custody:
         # Verifier outcomes of every training sample settled (kept or dropped), run totals.
         self.outcomes: Counter[str] = Counter(outcomes or {})
         self.held: dict[str, int] = {}  # sample id -> stream seq of the message held for it
+        # Stream seq -> how many held samples it carries: a group message (protocol/groups.py) carries
+        # a whole group, and may be acked only once every one of them is settled.
+        self._refs: Counter[int] = Counter()
         self.ranks: dict[str, bytes] = {}  # sample id -> rank of the copy held (``copy_rank``)
         self.spans: dict[str, SpanContext] = {}  # sample id -> its trajectory's span (the step links it)
         # Fates since the last commit: the next ledger entry.
@@ -109,18 +123,20 @@ class Custody:
             return "duplicate"  # the same sample published twice: one copy is enough
         ledger.received(sample_id, seq)
         self.held[sample_id] = seq
+        self._refs[seq] += 1
         self.ranks[sample_id] = rank
         if span is not None:
             self.spans[sample_id] = span
         return "new"
 
     def conflict(self, sample_id: str, seq: int, rank: bytes,
-                 replace: Callable[[], int | None]) -> tuple[int, str, bool]:
+                 replace: Callable[[], int | None]) -> tuple[int | None, str, bool]:
         """Two copies of ``sample_id`` with other content: the one held and the one at ``seq``
         (``receive`` said ``conflict``). The lower rank is kept: the new copy takes the held one's
         place when ``replace()`` could swap it into its group (the group is still open: it returns
-        the held copy's seq). Returns the stream seq of the copy put aside, the reason, and whether
-        to dead-letter it: yes when the two mean other work (another prompt, gold or verifier under
+        the held copy's seq). Returns the stream seq of the copy put aside (None: the held copy's
+        message still carries other held samples of its group, and is settled with them), the reason,
+        and whether to dead-letter it: yes when the two mean other work (another prompt, gold or verifier under
         one id); a copy of the same slot with another verdict or completion is acked. Both are
         counted in ``conflicts``."""
         held_seq, held_rank = self.ledger.pending[sample_id], self.ranks.get(sample_id, b"")
@@ -133,9 +149,39 @@ class Custody:
         if rank < held_rank and replace() == held_seq:
             self.ledger.pending[sample_id] = seq
             self.held[sample_id], self.ranks[sample_id] = seq, rank
-            return held_seq, f"{why}: kept {rank.hex()[:16]} (seq {seq}), put aside {held_rank.hex()[:16]}", dead
+            self._refs[seq] += 1
+            aside = self._unref(held_seq)
+            return aside, f"{why}: kept {rank.hex()[:16]} (seq {seq}), put aside {held_rank.hex()[:16]}", dead
         late = ", but its group was complete already and stands as it went to a step" if rank < held_rank else ""
         return seq, f"{why}{late}: kept {held_rank.hex()[:16]} (seq {held_seq}), put aside {rank.hex()[:16]}", dead
+
+    def receive_group(self, items: list[Scored], seq: int, span: SpanContext | None, rank: bytes,
+                      replace: Callable[[Scored], int | None], refuse: bool = False) -> Intake:
+        """One message that carries a whole group (protocol/groups.py): each member is received under
+        the message's ``seq`` and ``rank`` (``group_rank``: the same for every member, so a conflict
+        between two copies is decided alike for all of them), as a sample message was. ``refuse``:
+        the message is unusable (ids outside the vocabulary): new members are dropped ``invalid``.
+        What the message and the others it frees become is in the ``Intake``."""
+        intake = Intake()
+        for sc in items:
+            sid = sc.sample_id
+            receipt = self.receive(sid, seq, span, rank=rank)
+            if receipt == "held_again":
+                intake.held = True
+            elif receipt == "new" and refuse:
+                self.drop(sid, "invalid")  # recorded in the next checkpoint; the message is dead-lettered
+            elif receipt == "new":
+                intake.joined.append(sc)
+                intake.held = True
+            elif receipt == "conflict" and not refuse:
+                aside, why, dead = self.conflict(sid, seq, rank, lambda sc=sc: replace(sc))
+                if aside == seq:
+                    intake.put_aside = (why, dead)
+                else:  # this copy takes the member's place; the other message may be free now
+                    intake.held = True
+                    if aside is not None:
+                        intake.released.append((aside, why, dead))
+        return intake
 
     @property
     def conflicts(self) -> int:
@@ -179,15 +225,26 @@ class Custody:
         return [seq for sid in ids if (seq := self._settle(sid)) is not None]
 
     def lost(self, count: int, reason: str) -> None:
-        """``count`` samples that never reached this learner (``retention_gap``): counted, no ids."""
-        self.drops.samples[reason] += count
+        """``count`` group messages that never reached this learner (``retention_gap``): counted as
+        groups, no ids (how many samples they held is not known)."""
+        self.drops.groups[reason] += count
 
     def _settle(self, sample_id: str) -> int | None:
+        """Settle ``sample_id``; the stream seq of its message once no other held sample shares it."""
         if sample_id in self.ledger.pending:
             self.ledger.settle(sample_id)
         self.spans.pop(sample_id, None)  # the step span has taken its link already
         self.ranks.pop(sample_id, None)
-        return self.held.pop(sample_id, None)
+        seq = self.held.pop(sample_id, None)
+        return None if seq is None else self._unref(seq)
+
+    def _unref(self, seq: int) -> int | None:
+        """One sample held under ``seq`` is settled or moved; ``seq`` once it holds none."""
+        self._refs[seq] -= 1
+        if self._refs[seq] > 0:
+            return None
+        del self._refs[seq]
+        return seq
 
     # --- commit --------------------------------------------------------------------
     def commit(self, step: int) -> tuple[LedgerState, LedgerEntry]:
@@ -225,4 +282,4 @@ def span_links(custody: Custody, scored: list[Scored]) -> list[SpanContext]:
     return [c for sc in scored if (c := custody.spans.get(sc.sample_id)) is not None]
 
 
-__all__ = ["CONFLICT_ERROR", "Custody", "Receipt", "copy_rank", "span_links"]
+__all__ = ["CONFLICT_ERROR", "Custody", "Intake", "Receipt", "copy_rank", "span_links"]

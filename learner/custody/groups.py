@@ -71,6 +71,9 @@ class Group(msgspec.Struct):
 class FilterResult(msgspec.Struct):
     kept: list[tuple[int, Scored]]
     dropped: list[tuple[int, Scored, str]]  # (seq, sample, reason)
+    # The group's usable rewards (two or more) were all equal: no signal for GRPO, whether dynamic
+    # sampling dropped the group for it or (turned off) let it train. The run's zero-variance share.
+    flat: bool = False
 
 
 class StreamClock:
@@ -192,11 +195,12 @@ def filter_group(
         dropped += [(seq, sc, "partial") for seq, sc in kept]
         return FilterResult([], dropped)
     rewards = [sc.verdict.reward for _, sc in kept]
-    if dynamic_sampling and statistics.pstdev(rewards) <= zero_variance_eps and not _steps_vary(
-            [sc for _, sc in kept], process, zero_variance_eps):
+    flat = statistics.pstdev(rewards) <= zero_variance_eps and not _steps_vary(
+        [sc for _, sc in kept], process, zero_variance_eps)
+    if dynamic_sampling and flat:
         dropped += [(seq, sc, "zero_variance") for seq, sc in kept]
-        return FilterResult([], dropped)
-    return FilterResult(kept, dropped)
+        return FilterResult([], dropped, flat=True)
+    return FilterResult(kept, dropped, flat=flat)
 
 
 def _steps_vary(group: list[Scored], process: str, eps: float) -> bool:

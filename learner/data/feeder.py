@@ -30,6 +30,12 @@ such a completion is remembered (``_done_early``, the last ``DONE_EARLY``
 ids) and the republished task takes no slot (``counters["done_before_issued"]``).
 Before, its slot was held until ``task_timeout_s`` (240 s in a test run, 20
 minutes at the defaults) while nothing was left to come.
+
+While training samples keep failing (an agent that raises, a reward function
+that cannot run: ``rlvr.learner.watch.failure_stop``), the learner sets
+``delay_s`` and the feeder waits that long before each task
+(``counters["backoff_waits"]``): a failing task is not regenerated at machine
+speed. The learner sets it back to 0 at the first usable sample.
 """
 
 from __future__ import annotations
@@ -83,10 +89,11 @@ class Feeder:
         # Task id -> monotonic time it was published; its slot is held until done or expired.
         self.outstanding: dict[str, float] = {}
         self.counters: Counter[str] = Counter({"publish_retry": 0, "task_expired": 0, "republished_duplicate": 0,
-                                               "done_before_issued": 0})
+                                               "done_before_issued": 0, "backoff_waits": 0})
         self._done_early: OrderedDict[str, None] = OrderedDict()
         self.policy_version = 0
         self.paused = False
+        self.delay_s = 0.0  # the wait before each task while samples keep failing (set by the learner)
         self._changed = anyio.Event()
         self.pass_rate: dict[int, deque[float]] = defaultdict(lambda: deque(maxlen=16))
         self._epoch = -1
@@ -136,12 +143,20 @@ class Feeder:
 
     async def run(self) -> None:
         while True:
-            while self.paused or len(self.outstanding) >= self.max_inflight:
-                # Wake at least every so often to free the slots of tasks that never completed.
-                with anyio.move_on_after(max(1.0, self.task_timeout_s / 10)):
-                    await self._changed.wait()
-                self.expire()
+            await self._slot()
+            if self.delay_s > 0:  # samples keep failing: back off (read at each task: a success ends it)
+                self.counters["backoff_waits"] += 1
+                await anyio.sleep(self.delay_s)
+                await self._slot()
             await self.publish_one()
+
+    async def _slot(self) -> None:
+        """Until the feeder runs and a slot is free."""
+        while self.paused or len(self.outstanding) >= self.max_inflight:
+            # Wake at least every so often to free the slots of tasks that never completed.
+            with anyio.move_on_after(max(1.0, self.task_timeout_s / 10)):
+                await self._changed.wait()
+            self.expire()
 
     async def publish_one(self) -> Task:
         k = self.issued

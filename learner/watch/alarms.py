@@ -5,7 +5,8 @@ without any error, which ``SignalWatch`` catches from the complete training
 groups the learner sees (trained or dropped):
 
 - ``flat_reward``: nearly every group has zero reward variance (all wrong,
-  or all right), so dynamic sampling drops them and no step comes. Raised
+  or all right), so dynamic sampling drops them and no step comes (or, with
+  it off, they train with no advantage). Raised
   when at least ``flat_share`` of the last ``window`` groups were flat, once
   ``min_groups`` have been seen, or sooner (``min_groups_early``) once
   ``early_after_s`` seconds have passed without a kept group;
@@ -37,7 +38,8 @@ import msgspec
 from msgspec import Meta, Struct
 
 from rlvr.learner.watch.alarm_edges import AlarmCleared, AlarmEdges
-from rlvr.learner.custody.groups import FilterResult, Group
+from rlvr.learner.custody.groups import VERIFY_FAILED, FilterResult, Group
+from rlvr.learner.watch.exception_line import exception_line
 from rlvr.learner.watch.step_alarms import StepAlarmConfig
 from rlvr.protocol.samples import ENV_FAILURES
 
@@ -63,7 +65,8 @@ class AlarmConfig(Struct, frozen=True, forbid_unknown_fields=True):
     min_samples: Annotated[int, Meta(ge=1)] = 32
     # Completions quoted in an alarm (the last ones the verifier judged).
     examples: Annotated[int, Meta(ge=0)] = 3
-    # Characters kept of each quoted completion and verdict detail.
+    # Characters kept of each quoted completion and verdict detail (a failed verification's
+    # exception line is kept whole).
     example_chars: Annotated[int, Meta(ge=20)] = 300
     # Checks in a row (one per group, and the progress timer's) an alarm's condition must be
     # false before it clears: a share flickering around its threshold stays one alarm.
@@ -118,17 +121,18 @@ class SignalWatch:
         cfg = self.cfg
         self.groups_seen += 1
         self.groups_kept += bool(result.kept)
-        flat = any(reason == "zero_variance" for _, _, reason in result.dropped)
-        self._flat.append(flat)
+        # Flat whether dynamic sampling dropped the group or (turned off) trained it: no signal either way.
+        self._flat.append(result.flat)
         for _, sc in group.members:
             if sc.sample.episode is not None and sc.sample.episode.end_reason in ENV_FAILURES:
                 continue  # the environment's failure or the rollout's cut, scored error: not the verifier's
             name = sc.verdict.verifier or sc.sample.verifier.name
             self._verdicts.setdefault(name, deque(maxlen=cfg.window)).append(sc.verdict.outcome)
             v = sc.verdict
+            # A failed verification's exception line is quoted whole (a cut once read "RuntimeError: cra").
+            detail = exception_line(v.detail) if v.outcome in VERIFY_FAILED else v.detail[: cfg.example_chars]
             self._examples.setdefault(name, deque(maxlen=max(1, cfg.examples))).append(Example(
-                sc.sample_id, sc.sample.text[: cfg.example_chars], v.reward, v.outcome, v.extracted,
-                v.detail[: cfg.example_chars],
+                sc.sample_id, sc.sample.text[: cfg.example_chars], v.reward, v.outcome, v.extracted, detail,
             ))
         return self.check(now)
 

@@ -61,6 +61,23 @@ class EvalResult(msgspec.Struct, frozen=True):
         return out
 
 
+def eval_summary(rounds: list[EvalResult], gain_points: float, started_unix: float) -> dict[str, Any]:
+    """The learner summary's evaluation part: pass@1 of the "before" and the last "after" round, every
+    round flat, and, with a "before" round to gain against, ``time_to_gain`` (``first_gain``) with the
+    seconds from ``started_unix``, the learner's start (``up`` adds the seconds from its own)."""
+    before = next((e for e in rounds if e.label == "before"), None)
+    after = next((e for e in reversed(rounds) if e.label == "after"), None)
+    flat = [e.flat() for e in rounds]
+    out: dict[str, Any] = {"pass_at_1_before": before.pass_at.get(1) if before else None,
+                           "pass_at_1_after": after.pass_at.get(1) if after else None, "evals": flat}
+    if before is not None:
+        gain = first_gain(flat, gain_points)
+        if gain is not None and gain["finished_at"]:
+            gain["learner_seconds"] = round(gain["finished_at"] - started_unix, 1)
+        out["time_to_gain"] = gain
+    return out
+
+
 def first_gain(evals: list[dict[str, Any]], points: float) -> dict[str, Any] | None:
     """The first eval round (flat records, in order) whose pass@1 is at least
     ``points`` above the "before" round's: its label, step, pass@1, gain and
@@ -76,4 +93,4 @@ def first_gain(evals: list[dict[str, Any]], points: float) -> dict[str, Any] | N
     return None
 
 
-__all__ = ["EvalResult", "StepRecord", "first_gain"]
+__all__ = ["EvalResult", "StepRecord", "eval_summary", "first_gain"]

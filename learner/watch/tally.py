@@ -8,6 +8,10 @@ the learner filters:
 - episode end reasons (``done``, ``max_turns``, ``token_budget``, ``env_error``,
   ``env_timeout``, ``template_rewrite``, ``prompt_cap``...), tool errors by tool,
   and the turns whose chat template rewrote an earlier one;
+- the zero-variance share: of the groups, those whose usable rewards were all
+  equal (``FilterResult.flat``), whether dynamic sampling dropped them or,
+  turned off, let them train (its drops alone once read 0% for a run in which
+  every group was flat);
 - the pass rate by verifier over the run: the share of samples whose verdict is
   a real judgement (``groups.judged``: no failed verification, no failed or cut
   episode) with a positive ``accuracy`` (or reward), the same rule as a step's
@@ -35,9 +39,13 @@ class RunTally:
         self.template_rewrites = 0  # turns whose chat template rewrote an earlier turn
         self.judged: Counter[str] = Counter()  # samples with a real verdict, by verifier
         self.passed: Counter[str] = Counter()  # ... of which passed
+        self.groups = 0  # complete training groups
+        self.flat_groups = 0  # ... whose usable rewards were all equal
 
-    def group(self, members: list[Scored]) -> None:
-        """Count one complete training group's samples."""
+    def group(self, members: list[Scored], flat: bool = False) -> None:
+        """Count one complete training group's samples (``flat``: its ``FilterResult.flat``)."""
+        self.groups += 1
+        self.flat_groups += flat
         for sc in members:
             e = sc.sample.episode
             if e is not None:
@@ -52,6 +60,10 @@ class RunTally:
     def pass_rate(self) -> dict[str, float]:
         """Verifier -> its pass rate over the run (verifiers with at least one real verdict)."""
         return {v: self.passed[v] / n for v, n in sorted(self.judged.items()) if n}
+
+    def zero_variance_share(self) -> float:
+        """Of the complete training groups, the share whose usable rewards were all equal (0 before any)."""
+        return self.flat_groups / self.groups if self.groups else 0.0
 
     def flat(self) -> dict[str, float]:
         """``run_episode_end_<reason>``, ``run_tool_errors_<tool>``, ``run_template_rewrites`` and

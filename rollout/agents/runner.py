@@ -19,8 +19,11 @@
 2. The episode ends when the agent exits or returns (``done``), when a limit refuses a request
    (the session's reason: ``max_turns`` for ``max_requests``, ``token_budget`` for ``max_tokens``,
    ``prompt_cap``: the agent is stopped at once), after ``timeout_s`` (``env_timeout``), or when the
-   agent fails (``env_error``: a non-zero exit, an exception, no answer, no request to the model,
-   a reward that is no finite number), with what happened in ``Episode.detail`` (stderr's tail).
+   agent fails (``env_error``: a non-zero exit, an exception, no request to the model, a reward
+   that is no finite number), with what happened in ``Episode.detail`` (stderr's tail, its end
+   kept: a traceback's last line says what failed). An agent that asked the model and then gave an
+   empty answer (printed nothing, returned None or "") is ``done`` with the answer "": saying
+   nothing is the policy's answer, judged by the verifier like any other, never dropped.
    The verifier scores ``env_timeout``/``env_error`` episodes outcome ``error``: dropped by the
    learner with a counted reason, never a reward of 0. A stopped command gets SIGTERM, its
    supervisor kills the agent's process group and every orphan, and is SIGKILLed itself after
@@ -44,7 +47,6 @@ import importlib
 import inspect
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -58,7 +60,7 @@ import msgspec
 
 from rlvr.actors.logs import get_logger
 from rlvr.protocol import Task
-from rlvr.rollout.agents.config import AgentConfig, AgentConfigError
+from rlvr.rollout.agents.config import AgentConfig, AgentConfigError, resolve_program
 from rlvr.rollout.agents.session import AgentLimits, AgentSession
 from rlvr.rollout.episodes import EpisodeResult, prompt_messages
 
@@ -67,7 +69,10 @@ log = get_logger(__name__)
 _KILL_GRACE_S = 5.0  # a stopped supervisor's time to kill the agent's processes before it is SIGKILLed
 _DRAIN_S = 5.0  # after the agent exits, time for its output to be read
 _STDOUT_BYTES = 1 << 20  # an agent's stdout kept (the end of it: the answer is at the end)
-_STDERR_BYTES = 4096  # the tail of stderr kept for Episode.detail
+_STDERR_BYTES = 4096  # the tail of stderr read
+# The tail of stderr put in Episode.detail (bounded at 2000 characters, its start kept): with the words before
+# it, short enough that the end of a traceback, the line that names the exception, is never cut off.
+_STDERR_DETAIL_CHARS = 1800
 _ANSWER_CHARS = 1 << 16  # an answer longer than this is cut (a Sample's text is bounded)
 
 
@@ -173,16 +178,7 @@ class AgentRunner:
 
     def check(self) -> str | None:
         """The command's program, resolved (``AgentConfigError`` naming the key when it is not there)."""
-        if not self.cfg.command:
-            return None
-        if self.cfg.cwd and not os.path.isdir(self.cfg.cwd):
-            raise AgentConfigError(f"rollout.agent.cwd: {self.cfg.cwd!r} is not a directory")
-        prog = self.cfg.command[0]
-        found = shutil.which(prog) if os.sep not in prog else (prog if os.access(
-            os.path.join(self.cfg.cwd, prog) if self.cfg.cwd else prog, os.X_OK) else None)
-        if found is None:
-            raise AgentConfigError(f"rollout.agent.command: {prog!r} is not an executable program on this replica")
-        return found
+        return resolve_program(self.cfg) if self.cfg.command else None
 
     def client(self, session: AgentSession, episode_id: str) -> AgentClient:
         base = self.endpoint.base_url
@@ -212,7 +208,7 @@ class AgentRunner:
         self.ends[result.episode.end_reason] += 1  # type: ignore[union-attr]
         if result.episode.end_reason != "done":  # type: ignore[union-attr]
             log.info("agent_episode_ended", episode=episode_id, reason=result.episode.end_reason,  # type: ignore[union-attr]
-                     detail=result.episode.detail[:300])  # type: ignore[union-attr]
+                     detail=result.episode.detail)  # type: ignore[union-attr]  (bounded; its last line names the error)
         return result
 
     def _result(self, session: AgentSession, run: _Run) -> EpisodeResult:
@@ -228,7 +224,7 @@ class AgentRunner:
             if reason is None and session.requests == 0:
                 reason, detail = "env_error", "the agent finished without a request to the model"
             elif reason is None and text is None:
-                reason, detail = "env_error", "the agent finished without an answer (stdout was empty)"
+                text = ""  # it asked the model and answered nothing: the policy's empty answer, for the verifier
         if reason in ("env_error", "env_timeout"):
             text = None
         return session.outcome(end_reason=reason or "done", detail=detail, environment=self.cfg.name,
@@ -307,7 +303,7 @@ class AgentRunner:
             finally:
                 with anyio.CancelScope(shield=True):
                     await _stop(proc)
-        tail = err.decode(errors="replace")[-_STDERR_BYTES:].strip()
+        tail = err.decode(errors="replace").strip()[-_STDERR_DETAIL_CHARS:]
         if why is not None:
             return _Run(end_reason=why[0], detail=why[1] + (f"; stderr: {tail}" if tail else ""))
         if proc.returncode != 0:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import signal
 import time
 
-from rlvr.learner.custody.custody import copy_rank
-from rlvr.protocol import DeadLetter, Scored, VerifierSpec, decode
+from rlvr.protocol import DeadLetter, ScoredGroup, VerifierSpec, decode
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
-from tests.factories import make_sample
+from tests.factories import make_group
 
 RUN = "vt"
 
@@ -52,10 +51,10 @@ def test_malformed_and_wrong_schema_messages_are_dead_lettered_and_the_verifier_
     _running(bus, "verify-0")
     bus.publish(bus.names.rollouts, b"\xc1 definitely not msgpack", msg_id="junk-1")
     bus.publish(bus.names.rollouts, b"\x81\xa4type\xa4task", msg_id="junk-2")  # {"type": "task"}
-    bus.publish(bus.names.rollouts, make_sample(RUN, k=1, verifier=VerifierSpec("no-such-verifier")), msg_id="bad-spec")
-    bus.publish(bus.names.rollouts, make_sample(RUN, k=2, text="5", gold="5"), msg_id="good")
+    bus.publish(bus.names.rollouts, make_group(RUN, k=1, verifier=VerifierSpec("no-such-verifier")), msg_id="bad-spec")
+    bus.publish(bus.names.rollouts, make_group(RUN, k=2, text="5", gold="5"), msg_id="good")
 
-    scored = wait_for(lambda: bus.decoded("SCORED", Scored), what="the valid sample scored")
+    scored = wait_for(lambda: bus.scored(), what="the valid sample scored")
     assert [s.sample_id for s in scored] == [f"{RUN}-t2/0"] and scored[0].verdict.reward == 1.0
     dead = wait_for(lambda: (d := bus.decoded("DEAD", DeadLetter)) and len(d) == 3 and d, what="3 dead letters")
     reasons = {d.headers.get("Nats-Msg-Id"): d for d in dead}
@@ -77,12 +76,12 @@ def test_two_replicas_share_the_work_and_score_each_sample_once(actors, nats_ser
     n = 40
     spec = VerifierSpec(GATE, {"path": str(gate), "gold": "1"})
     for k in range(n):
-        bus.publish(bus.names.rollouts, make_sample(RUN, k=k, text=str(k % 3), verifier=spec), msg_id=f"{RUN}-t{k}/0")
+        bus.publish(bus.names.rollouts, make_group(RUN, k=k, text=str(k % 3), verifier=spec), msg_id=f"{RUN}-t{k}/group")
     # Both replicas provably hold work before any verification may finish.
     for replica in ("verify-a", "verify-b"):
         bus.wait_heartbeat(lambda hb, r=replica: hb.replica == r and hb.in_flight == 1)
     gate.touch()
-    scored = wait_for(lambda: (s := bus.decoded("SCORED", Scored)) and len(s) >= n and s, what=f"{n} scored")
+    scored = wait_for(lambda: (s := bus.scored()) and len(s) >= n and s, what=f"{n} scored")
     ids = [s.sample_id for s in scored]
     assert len(ids) == len(set(ids)) == n
     assert {s.replica for s in scored} == {"verify-a", "verify-b"}
@@ -96,14 +95,14 @@ def test_a_message_held_by_a_killed_replica_is_redelivered_and_scored_once(actor
     _start(actors, cfg, "verify-a")
     _running(bus, "verify-a")
     spec = VerifierSpec(GATE, {"path": str(gate), "gold": "5"})
-    bus.publish(bus.names.rollouts, make_sample(RUN, k=7, text="5", verifier=spec), msg_id=f"{RUN}-t7/0")
+    bus.publish(bus.names.rollouts, make_group(RUN, k=7, text="5", verifier=spec), msg_id=f"{RUN}-t7/group")
     bus.wait_heartbeat(lambda hb: hb.replica == "verify-a" and hb.in_flight == 1)
     actors.kill("verify-a", signal.SIGKILL)
     actors.procs["verify-a"].wait()
     gate.touch()
     _start(actors, cfg, "verify-b")
-    scored = wait_for(lambda: bus.decoded("SCORED", Scored), timeout_s=60, what="redelivered sample scored")
-    assert len(scored) == 1 and scored[0].replica == "verify-b" and scored[0].verdict.reward == 1.0
+    scored = wait_for(lambda: bus.decoded("SCORED", ScoredGroup), timeout_s=60, what="redelivered sample scored")
+    assert len(scored) == 1 and scored[0].replica == "verify-b" and scored[0].verdicts[0].reward == 1.0
     info = wait_for(lambda: (c := bus.consumer("ROLLOUTS", "verify")) and c.num_ack_pending == 0 and c, what="acked")
     assert info.num_redelivered >= 0 and bus.stream_count("ROLLOUTS") == 0
 
@@ -112,10 +111,10 @@ def test_republished_scored_with_the_same_id_is_stored_once(nats_server, actors,
     bus = BusClient(nats_server.url, RUN)
     _start(actors, _config(tmp_path), "verify-0")
     _running(bus, "verify-0")
-    from tests.factories import make_scored
+    from tests.factories import make_scored_group
 
     for _ in range(3):
-        bus.publish(bus.names.scored, make_scored(RUN, k=1), msg_id=f"{RUN}-t1/0")
+        bus.publish(bus.names.scored, make_scored_group(RUN, k=1), msg_id=f"{RUN}-t1/group")
     assert bus.stream_count("SCORED") == 1
 
 
@@ -126,7 +125,7 @@ def test_sigterm_exits_0_quickly_and_naks_the_message_in_hand(actors, nats_serve
     _start(actors, cfg, "verify-0")
     _running(bus, "verify-0")
     spec = VerifierSpec(GATE, {"path": str(gate), "gold": "5"})
-    bus.publish(bus.names.rollouts, make_sample(RUN, k=3, text="5", verifier=spec), msg_id=f"{RUN}-t3/0")
+    bus.publish(bus.names.rollouts, make_group(RUN, k=3, text="5", verifier=spec), msg_id=f"{RUN}-t3/group")
     bus.wait_heartbeat(lambda hb: hb.replica == "verify-0" and hb.in_flight == 1)
     t0 = time.monotonic()
     actors.kill("verify-0", signal.SIGTERM)
@@ -138,7 +137,7 @@ def test_sigterm_exits_0_quickly_and_naks_the_message_in_hand(actors, nats_serve
     # It was nak'ed, so another replica gets it now, well before ack_wait.
     gate.touch()
     _start(actors, cfg, "verify-1")
-    scored = wait_for(lambda: bus.decoded("SCORED", Scored), timeout_s=60, what="the nak'ed sample scored")
+    scored = wait_for(lambda: bus.decoded("SCORED", ScoredGroup), timeout_s=60, what="the nak'ed sample scored")
     assert [s.replica for s in scored] == ["verify-1"]
 
 
@@ -160,10 +159,10 @@ def test_a_message_naming_code_to_import_is_dead_lettered_the_replica_goes_on_an
     _start(actors, _config(tmp_path), "verify-0")
     _running(bus, "verify-0")
     for k, name in enumerate(("unittest.__main__:x", "planted:V"), start=1):
-        bus.publish(bus.names.rollouts, make_sample(RUN, k=k, verifier=VerifierSpec(name, {"gold": "1"})), msg_id=name)
-    bus.publish(bus.names.rollouts, make_sample(RUN, k=3, text="5", gold="5"), msg_id="good")
+        bus.publish(bus.names.rollouts, make_group(RUN, k=k, verifier=VerifierSpec(name, {"gold": "1"})), msg_id=name)
+    bus.publish(bus.names.rollouts, make_group(RUN, k=3, text="5", gold="5"), msg_id="good")
 
-    scored = wait_for(lambda: bus.decoded("SCORED", Scored), what="the valid sample scored")
+    scored = wait_for(lambda: bus.scored(), what="the valid sample scored")
     assert [s.sample_id for s in scored] == [f"{RUN}-t3/0"]
     dead = wait_for(lambda: (d := bus.decoded("DEAD", DeadLetter)) and len(d) == 2 and d, what="2 dead letters")
     by_id = {d.headers.get("Nats-Msg-Id"): d for d in dead}
@@ -192,18 +191,18 @@ def test_a_listed_plugin_is_loaded_at_start_and_scores(actors, nats_server, tmp_
     _start(actors, _config(tmp_path), "verify-0")
     _running(bus, "verify-0")
     assert "verifier_plugins_loaded" in actors.log_text("verify-0")
-    bus.publish(bus.names.rollouts, make_sample(RUN, k=1, text="5", verifier=VerifierSpec(GATE, {"path": str(gate), "gold": "5"})))
-    scored = wait_for(lambda: bus.decoded("SCORED", Scored), what="the plug-in's verdict")
+    bus.publish(bus.names.rollouts, make_group(RUN, k=1, text="5", verifier=VerifierSpec(GATE, {"path": str(gate), "gold": "5"})))
+    scored = wait_for(lambda: bus.scored(), what="the plug-in's verdict")
     assert scored[0].verdict.reward == 1.0 and scored[0].verdict.verifier == GATE
 
 
-def test_a_sample_id_with_other_content_on_another_replica_reaches_the_learner_as_a_conflict(
+def test_a_group_with_other_content_on_another_replica_reaches_the_learner_as_a_conflict(
         actors, nats_server, tmp_path):
-    """A replica remembers only the copies it took. The same sample id published again with
-    another gold, taken by a second replica, is scored too; its Scored goes out under another
-    ``Nats-Msg-Id`` (``scored_msg_id``), so SCORED keeps both and the learner keeps one by content
-    (the lower ``copy_rank``, whichever was stored first) and dead-letters the other as a
-    ``conflict``, instead of the server dropping one without a word."""
+    """A replica remembers only the copies it took. The same task's group published again with
+    another gold, taken by a second replica, is scored too; its ScoredGroup goes out under another
+    ``Nats-Msg-Id`` (``scored_group_msg_id``), so SCORED keeps both and the learner keeps one (the
+    first stored: a group is complete the moment it arrives, and a group gone to a step stands) and
+    dead-letters the other as a ``conflict``, instead of the server dropping one without a word."""
     bus = BusClient(nats_server.url, RUN)
     cfg = write_config(tmp_path / "run.json", {
         "run": RUN, "bus": {"ack_wait_s": 3.0, "heartbeat_every_s": 0.5, "drain_timeout_s": 4.0},
@@ -211,8 +210,8 @@ def test_a_sample_id_with_other_content_on_another_replica_reaches_the_learner_a
         "learn": {"group_size": 2, "groups_per_step": 1, "steps": 1000, "out_dir": str(tmp_path / "o"),
                   "lease_ttl_s": 2.0},
     })
-    first, other = make_sample(RUN, k=7, gold="5"), make_sample(RUN, k=7, gold="6")
-    assert first.sample_id == other.sample_id
+    first, other = make_group(RUN, k=7, n=2, gold="5"), make_group(RUN, k=7, n=2, gold="6")
+    assert first.msg_id == other.msg_id
     a = _start(actors, cfg, "verify-a")
     _running(bus, "verify-a")
     bus.publish(bus.names.rollouts, first, msg_id="copy-1")
@@ -229,5 +228,6 @@ def test_a_sample_id_with_other_content_on_another_replica_reaches_the_learner_a
     dead = wait_for(lambda: [d for d in bus.decoded("DEAD", DeadLetter) if d.stage == "learn"], what="a conflict")
     assert len(dead) == 1 and dead[0].error_type == "ConflictingDuplicate"
     assert "already received with other content" in dead[0].reason
-    aside = max(stored, key=lambda m: copy_rank(decode(m[1], Scored)))  # the higher rank, not the later copy
+    aside = max(stored, key=lambda m: m[0])  # the later copy
     assert dead[0].headers["Nats-Msg-Id"] == aside[2]["Nats-Msg-Id"]
+    assert decode(aside[1], ScoredGroup).samples[0].verifier.params["gold"] == "6"

@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from rlvr.protocol import Sample, Task, decode
+from rlvr.protocol import Sample, SampleGroup, Task, decode
 from tests.busclient import BusClient
 from tests.conftest import ActorProcs, wait_for, write_config
 from tests.factories import make_task
@@ -54,14 +54,15 @@ def _publish_tasks(bus: BusClient, ks: range, n: int = N) -> list[Task]:
 
 
 def _samples(bus: BusClient, count: int, timeout_s: float = 30.0) -> list[tuple[Sample, dict[str, str]]]:
-    """Wait until ROLLOUTS holds ``count`` samples; return them with their headers."""
+    """Wait until ROLLOUTS holds ``count`` samples (one group message per task); return each with
+    the headers of its group's message."""
 
     def got():
-        msgs = bus.stream_messages("ROLLOUTS")
-        return len(msgs) >= count and msgs
+        out = [(s, headers) for _, data, headers in bus.stream_messages("ROLLOUTS")
+               for s in decode(data, SampleGroup).samples]
+        return len(out) >= count and out
 
-    msgs = wait_for(got, timeout_s=timeout_s, what=f"{count} samples in ROLLOUTS")
-    return [(decode(data, Sample), headers) for _, data, headers in msgs]
+    return wait_for(got, timeout_s=timeout_s, what=f"{count} samples in ROLLOUTS")
 
 
 def _tasks_drained(bus: BusClient) -> None:
@@ -115,7 +116,7 @@ def test_a_replica_serves_tasks_end_to_end_and_acks_after_publishing(actors: Act
         assert all(s.policy_version == 0 and s.policy_version_max == 0 for s in group)
         assert all(s.text in {str(2 * k + d) for d in (-3, -2, -1, 0, 1, 2, 3)} for s in group)
     for sample, headers in samples:
-        assert headers["Nats-Msg-Id"] == f"{sample.task_id}/{sample.sample_index}"
+        assert headers["Nats-Msg-Id"] == f"{sample.task_id}/group"
         # The task's trace continues: same trace id, a new span (the rollout's).
         k = int(sample.task_id.rsplit("t", 1)[1])
         version, trace_id, span_id, _flags = headers["traceparent"].split("-")
@@ -141,8 +142,8 @@ def test_two_replicas_share_the_load_and_no_task_is_answered_twice(actors: Actor
 
     samples = _samples(bus, 24 * N)
     assert len(samples) == 24 * N
-    ids = [h["Nats-Msg-Id"] for _, h in samples]
-    assert len(set(ids)) == len(ids)
+    ids = [(h["Nats-Msg-Id"], s.sample_index) for s, h in samples]
+    assert len(set(ids)) == len(ids)  # each sample once: one group message per task
     groups = _by_task(samples)
     assert len(groups) == 24 and {t.task_id for t in tasks} <= set(groups)
     for task_id, group in groups.items():
@@ -172,12 +173,12 @@ def test_a_task_held_by_a_killed_replica_is_redelivered_and_answered_once_by_the
     samples = _samples(bus, N)
     assert len(samples) == N
     assert {s.replica for s, _ in samples} == {survivor}
-    assert sorted(h["Nats-Msg-Id"] for _, h in samples) == [f"{task.task_id}/{i}" for i in range(N)]
+    assert [h["Nats-Msg-Id"] for _, h in samples] == [f"{task.task_id}/group"] * N
     _tasks_drained(bus)
     # One stream message, delivered twice (the consumer sequence counts deliveries).
     info = bus.consumer("TASKS", "rollout")
     assert info.delivered.stream_seq == 1 and info.delivered.consumer_seq == 2
-    assert bus.stream_count("ROLLOUTS") == N  # still exactly one group, nothing republished
+    assert bus.stream_count("ROLLOUTS") == 1  # still exactly one group message, nothing republished
 
 
 def test_sigterm_exits_0_within_10s_and_the_task_in_hand_goes_to_another_replica(

@@ -52,7 +52,7 @@ class Replica(msgspec.Struct):
 
     def samples_of(self, task: Task) -> list[Sample]:
         def group():
-            got = [s for s in self.bus.decoded("ROLLOUTS", Sample) if s.task_id == task.task_id]
+            got = [s for s in self.bus.rollouts() if s.task_id == task.task_id]
             return len(got) >= task.n and got
 
         return sorted(wait_for(group, timeout_s=60, what=f"samples of {task.task_id}"), key=lambda s: s.sample_index)
