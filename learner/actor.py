@@ -47,6 +47,7 @@ from rlvr.learner.config import LearnConfig, train_dataset
 from rlvr.learner.data.datasets import load_splits
 from rlvr.learner.watch.eval_rounds import Evaluator
 from rlvr.learner.data.feeder import Feeder
+from rlvr.learner.data.pacing import Pacing
 from rlvr.learner.custody.groups import Group, GroupAssembler, filter_group, judged
 from rlvr.learner.custody.lease import LearnerLease
 from rlvr.learner.watch.metrics import MetricsWriter, batch_metrics, write_json_atomic, write_jsonl
@@ -105,6 +106,9 @@ class LearnActor:
         self.dump = SampleDump(self.out, cfg.samples, cfg.engine.advantage if cfg.engine else None)
         self.last_step_at = time.monotonic()
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
+        # Tasks in flight and short steps (learner/data/pacing.py: oversample, min_groups_per_step).
+        self.pacing = Pacing(cfg.inflight_limit, cfg.groups_per_step, oversample=cfg.oversample,
+                             min_groups_per_step=cfg.min_groups_per_step)
         self.last_record: StepRecord | None = None
         self.checkpoint_disk_full = 0  # failed checkpoint writes on a full disk, each retried (heartbeat counter)
         # Made by _restore, once the bus and the checkpoint are at hand.
@@ -179,14 +183,8 @@ class LearnActor:
         """Stop if SCORED's retention removed samples this learner never settled
         (it was down longer than the stream keeps them), unless told to go on."""
         floor = self.state.ledger.floor
-        info = await ctx.bus.js.stream_info(ctx.names.stream("SCORED"))
-        first = info.state.first_seq
-        if first <= floor:
-            return
-        # One message per group: count the sequences, not the samples.
-        settled = len({seq for seq in self.custody.ledger.committed.values() if floor <= seq < first})
-        lost = (first - floor) - settled
-        if lost <= 0:
+        first = (await ctx.bus.js.stream_info(ctx.names.stream("SCORED"))).state.first_seq
+        if (lost := self.custody.ledger.lost_below(first)) <= 0:
             return
         what = (f"{lost} scored groups (stream sequences {floor} to {first - 1}) were removed by SCORED's "
                 f"retention (bus.scored_max_age_s / scored_max_bytes) before this learner trained them")
@@ -265,7 +263,7 @@ class LearnActor:
         """Take complete groups, filter them, until ``groups_per_step`` are kept."""
         cfg, feeder = self.cfg, self.io.feeder
         batch: list[Group] = []
-        while len(batch) < cfg.groups_per_step:
+        while not self.pacing.step_now(len(batch), self.ready_recv.statistics().current_buffer_used):
             group = await self._next_group()
             result = filter_group(
                 group, current_version=self.state.version, max_staleness=cfg.max_staleness,
@@ -283,6 +281,8 @@ class LearnActor:
             self.io.history.record(self.state.step, [sc for _, sc in group.members])
             if result.kept:
                 batch.append(Group(group.group_id, group.size, result.kept, group.first_seen))
+            self.pacing.filtered(bool(result.kept))
+            feeder.max_inflight = self.pacing.inflight()
             self.failures.raise_if_cannot_learn()
         return batch
 
@@ -393,11 +393,11 @@ class LearnActor:
         before a sample can reach the embedding (a device assert on a GPU)."""
         if self.trainer is None or self.trainer.engine is None:
             return None
-        try:
-            for sc in group.items():
+        for i, sc in enumerate(group.items()):
+            try:
                 check_token_ids_in_vocab(sc, self.trainer.engine.vocab_size)
-        except MessageInvalidError as e:
-            return Term(e.reason, error_type="MessageInvalidError", kind="invalid")
+            except MessageInvalidError as e:  # named as the consumer's validation names a member
+                return Term(f"samples[{i}].{e.reason}", error_type="MessageInvalidError", kind="invalid")
         return None
 
     async def _release(self, seqs: list[int]) -> None:
@@ -536,8 +536,11 @@ class LearnActor:
             **eval_summary(self.state.eval_history, self.cfg.eval.gain_points, self.started_unix),
             "samples": self.custody.accounting(self.state.samples_trained),
             "drops": self.custody.drop_totals(),
-            # Copies of one sample id with other content (two verifier replicas' verdicts...): one kept by
-            # content (the lower digest), the other dead-lettered as `conflict`.
+            # Group messages SCORED's retention removed before this learner settled them (Custody.lost):
+            # counted as groups, so apart from the sample counts above.
+            "retention_gap_groups": self.custody.drops.groups.get("retention_gap", 0),
+            # Copies of one group with other content (two verifier replicas' verdicts...): the first stored
+            # kept, the other put aside (dead-lettered as `conflict` when it means other work).
             "conflicting_copies": self.custody.conflicts,
             "verifier_outcomes": {o: self.custody.outcomes.get(o, 0) for o in OUTCOMES},
             **self.watches.summary(now),  # alarms holding, each kind's raises and seconds held

@@ -186,10 +186,16 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     steps: PositiveInt = 10
     # Drop a sample when current_version - sample.policy_version > max_staleness.
     max_staleness: Annotated[int, Meta(ge=0)] = 1
-    # Tasks outstanding at most (0 = groups_per_step * (max_staleness + 1)).
+    # Tasks outstanding at most (0 = groups_per_step * max(1, max_staleness)).
     max_inflight_tasks: Annotated[int, Meta(ge=0)] = 0
     # DAPO dynamic sampling: drop groups whose reward std is <= zero_variance_eps.
     dynamic_sampling: bool = True
+    # Keep tasks in flight in proportion to the share of groups the filters keep (DAPO's remedy for
+    # what dynamic sampling drops): max_inflight_tasks / kept share, at most 4x (learner/data/pacing.py).
+    oversample: bool = False
+    # Step with fewer kept groups than groups_per_step, at least this many, when no other complete
+    # group is waiting (0: always a full batch). The loss is a token mean: a smaller step is noisier.
+    min_groups_per_step: Annotated[int, Meta(ge=0)] = 0
     # Population std of a group's rewards at or below which dynamic sampling drops it.
     zero_variance_eps: Annotated[float, Meta(ge=0)] = 1e-6
     # A group not complete after this many seconds is dropped as "partial".

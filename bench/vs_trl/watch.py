@@ -82,7 +82,7 @@ def label(cmdline: list[str]) -> str:
     if "--role" in cmdline[:-1]:
         return cmdline[cmdline.index("--role") + 1]
     joined = " ".join(cmdline)
-    for key, name in (("pool_worker", "verify pool worker"), ("nats-server", "nats-server"),
+    for key, name in (("pool_worker", "verify pool worker"), ("nats-server", "nats-server"), ("example.prepare", "prepare"),
                       ("run_trl", "trl"), (" up ", "up (launcher)")):
         if key in joined:
             return name

@@ -78,6 +78,15 @@ class Ledger:
         """Whether ``sample_id`` was trained or dropped (committed or not), as far as ``history`` reaches."""
         return sample_id in self.committed or sample_id in self.recent or sample_id in self.settled_uncommitted
 
+    def lost_below(self, first_seq: int) -> int:
+        """The SCORED messages between the floor and ``first_seq`` (the stream's first now) that no
+        committed sample was read from: what retention removed before this learner settled it. One
+        message per group (protocol/groups.py): sequences are counted, not samples."""
+        if first_seq <= self.floor:
+            return 0
+        settled = len({seq for seq in self.committed.values() if self.floor <= seq < first_seq})
+        return (first_seq - self.floor) - settled
+
     def received(self, sample_id: str, seq: int) -> None:
         self.pending[sample_id] = seq
         self.max_seq = max(self.max_seq, seq)

@@ -106,8 +106,15 @@ class Engine(Protocol):
 
 
 class HFEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="hf", tag_field="kind"):
-    model: str  # local folder with config.json, tokenizer and safetensors
-    # torch dtype the weights are loaded in ("auto" = float32).
+    """transformers' ``generate`` (CPU demos and tests). The model folder's generation_config.json gives
+    its end-of-sequence ids only: its sampling defaults (temperature, top_p, top_k, repetition_penalty...)
+    are dropped, so a repetition_penalty there has no effect. The task's sampling ([learn.sampling]) is
+    the whole distribution, the one the learner recomputes."""
+
+    # local folder with config.json, tokenizer and safetensors; "@prepared": the model [learn.prepare] builds
+    # and warms up when `up` starts (the built-in example's).
+    model: str
+    # torch dtype the weights are loaded in ("auto" = float32, whatever the checkpoint's torch_dtype).
     dtype: Dtype = "float32"
     # A longer prompt (after the chat template) is not generated: the task gets n empty "abort" completions.
     max_prompt_tokens: Annotated[int, Meta(gt=0)] = 1024
@@ -122,10 +129,17 @@ class HFEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, ta
 
 
 class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="vllm", tag_field="kind"):
-    # Local folder with config.json, tokenizer and safetensors (the initial policy).
+    """vLLM's AsyncLLM. As with hf, the model folder's generation_config.json gives its end-of-sequence
+    ids only; its sampling defaults never apply (a repetition_penalty there has no effect). ``extra`` is
+    applied after the engine's own arguments, so it can replace what the log-probs rest on
+    (``logprobs_mode``, ``dtype``): ``rlvr-actor doctor`` names such a key."""
+
+    # Local folder with config.json, tokenizer and safetensors (the initial policy); "@prepared": the model
+    # [learn.prepare] builds and warms up when `up` starts (the built-in example's).
     model: str
-    # dtype of weights and activations; "auto" is vLLM's rule: float16 for float32 and
-    # float16 checkpoints, bfloat16 for bfloat16 ones.
+    # dtype of weights and activations; "auto" is vLLM's rule (0.32): the checkpoint's dtype, a float32
+    # one in the platform's first 16-bit type (bfloat16 on x86 CPUs and Ampere or later GPUs, float16
+    # on older GPUs). `rlvr-actor doctor` reports the dtype it resolved.
     dtype: Dtype = "auto"
     # Longest prompt + completion, in tokens; a completion stops ("length") when it reaches it.
     max_model_len: Annotated[int, Meta(gt=0)] = 4096
@@ -165,6 +179,27 @@ class VLLMEngineConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
             )
 
 
+class TrivialLengthsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Completions as long as a reasoning model's, for load tests of the bus (bench/scale).
+
+    Each completion's length is drawn from a lognormal (median ``median_tokens``, log-space spread
+    ``sigma``) and cut at the task's sampling.max_tokens (finish "length"), as a real engine cuts
+    it; the defaults give a median of 2,048 and a mean of ~4k tokens before the cut. Its ids are
+    drawn from a vocabulary of ``vocab_size`` (so they cost on the wire what real ids cost), its
+    text is ~4 characters per token and ends with "#### <answer>" (score it with the exact verifier,
+    after = "####"); a cut completion has no answer. Single completions only: an episode's turns
+    (``generate_ids``) keep the short answers, whose ids are their utf-8 bytes."""
+
+    # Median completion length, in tokens (issue 46: a reasoning model's median in RL).
+    median_tokens: Annotated[int, Meta(ge=1)] = 2048
+    # Standard deviation of ln(length); 1.18 puts the mean at twice the median (exp(sigma^2 / 2) = 2).
+    sigma: Annotated[float, Meta(ge=0.0, le=4.0)] = 1.18
+    # Token ids are drawn from [0, vocab_size): 151,936 is Qwen2.5's vocabulary.
+    vocab_size: Annotated[int, Meta(ge=256, le=2**31)] = 151_936
+    # Tokens the engine emits per second, all its groups together (a group waits its turn); 0 = at once.
+    tokens_per_s: Annotated[float, Meta(ge=0.0)] = 0.0
+
+
 class TrivialEngineConfig(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag="trivial", tag_field="kind"
 ):
@@ -176,6 +211,8 @@ class TrivialEngineConfig(
     # Test aid: when set, every generation waits until this file exists, so a
     # bus test can hold a task inside a replica (kill it, stop it) on purpose.
     hold_file: str = ""
+    # Load tests: completions of a reasoning model's lengths (bench/scale); unset = the bare answer.
+    lengths: TrivialLengthsConfig | None = None
 
 
 GenerationEngineConfig = HFEngineConfig | VLLMEngineConfig | TrivialEngineConfig

@@ -1,0 +1,5 @@
+import sys
+
+from bench.scale.run import main
+
+sys.exit(main())
