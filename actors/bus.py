@@ -65,6 +65,8 @@ class Bus:
         # True once this process created the topology (the learner, `init`): only
         # then does it create consumers; every other role binds existing ones.
         self.owns_topology = False
+        # Set by ``close``: the disconnect that follows is ours, not a fault to warn about.
+        self.closing = False
 
     # --- lifecycle ----------------------------------------------------------
     @classmethod
@@ -83,6 +85,12 @@ class Bus:
             if holder:
                 holder[0].closed.set()
 
+        async def on_disconnect() -> None:
+            if holder and holder[0].closing:
+                log.info("nats_closed")
+            else:
+                log.warning("nats_disconnected")
+
         try:
             async for attempt in retrying("connect", until=nats_cfg.connect_timeout_s, on=_may_connect_later,
                                           wait_initial=0.1, wait_max=2.0):
@@ -98,7 +106,7 @@ class Bus:
                             max_reconnect_attempts=nats_cfg.max_reconnect_attempts,
                             allow_reconnect=True,
                             error_cb=on_error,
-                            disconnected_cb=_on_disconnect,
+                            disconnected_cb=on_disconnect,
                             reconnected_cb=_on_reconnect,
                             closed_cb=on_closed,
                             **auth,
@@ -110,10 +118,17 @@ class Bus:
         return holder[0]
 
     async def close(self) -> None:
+        """Flush and drain, or, where the connection is being re-made (or the flush finds no
+        server), just close: a close never raises, so the reason a role stops is the one it shows."""
+        self.closing = True
         if not self.nc.is_closed:
             with anyio.move_on_after(5, shield=True):
-                await self.nc.flush(timeout=2)
-                await self.nc.drain()
+                try:
+                    await self.nc.flush(timeout=2)
+                    await self.nc.drain()
+                except nats_errors.Error as e:  # reconnecting, or no answer: what was unsent is redelivered
+                    log.info("nats_close_without_flush", error=repr(e))
+                    await self.nc.close()
 
     # --- topology -----------------------------------------------------------
     def stream_defs(self) -> list[StreamDef]:
@@ -371,10 +386,6 @@ def default_replica_id(role: str) -> str:
 
 async def _on_error(e: Exception) -> None:
     log.warning("nats_error", error=repr(e))
-
-
-async def _on_disconnect() -> None:
-    log.warning("nats_disconnected")
 
 
 async def _on_reconnect() -> None:

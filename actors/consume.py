@@ -10,7 +10,8 @@ Every message ends in exactly one of:
   learner acks a sample once a checkpoint records its fate);
 - ``in_progress`` is not an outcome but a keep-alive: the consumer's one ticker sends it for
   every message in hand or held past ``keep_alive_every_s`` (the outcome types live in
-  ``delivery.py``). Like every ack and nak it is never fatal: a failure is counted.
+  ``delivery.py``; the messages in hand, the ticker, and what a stalled event loop costs, in
+  ``in_hand.py``). Like every ack and nak it is never fatal: a failure is counted.
 
 Messages are untrusted. Before a handler sees one, ``rlvr.actors.admission``
 (pure, testable without a server) checks that it does
@@ -96,6 +97,7 @@ from rlvr.actors.bus import Bus
 from rlvr.actors.bus_faults import is_transient_bus_fault
 from rlvr.actors.delivery import (Ack, ActorFatalError, ConsumerStats, ConsumerUnavailableError, Delivery, Forward,
                                   Hold, Nak, Outcome, Term)
+from rlvr.actors.in_hand import Entry, InHand
 from rlvr.actors.logs import bind_message, get_logger
 from rlvr.actors.retry import FOREVER, call_retrying
 from rlvr.actors.settle import dead_letter_and_term, safely, stream_seq
@@ -127,12 +129,13 @@ class _Out(NamedTuple):
 class _Job:
     """One pulled message on its way to an outcome: admitted (``obj``) or
     settled already by admission (``preset``: a refusal's ``Term``, a
-    duplicate's ``Ack``, a ``forward`` that failed)."""
+    duplicate's ``Ack``, a ``forward`` that failed). ``entry.msg`` is the
+    delivery to settle: the newest, should the server redeliver it meanwhile."""
 
-    __slots__ = ("delivery", "entry", "key", "msg", "obj", "preset")
+    __slots__ = ("delivery", "entry", "key", "obj", "preset")
 
-    def __init__(self, msg: Msg, key: int | None, entry: list) -> None:
-        self.msg, self.key, self.entry = msg, key, entry
+    def __init__(self, key: int | None, entry: Entry) -> None:
+        self.key, self.entry = key, entry
         self.delivery: Delivery | None = None
         self.obj: object = None
         self.preset: Outcome | None = None
@@ -185,9 +188,8 @@ class Consumer(Generic[T]):
             self.keep_alive_every_s = most
             log.warning("keep_alive_tightened", stage=stage, asked_s=keep_alive_every_s, every_s=round(most, 3),
                         ack_wait_s=bus.cfg.ack_wait_s)
-        # Messages in hand, being handled or held (``Hold``) until ``release``:
-        # stream seq -> [msg, time of its last sign of life]. The ticker keeps them alive.
-        self._held: dict[int | None, list] = {}
+        # Messages in hand, being handled or held (``Hold``) until ``release``, kept alive by the ticker.
+        self._in_hand = InHand(self.stats.counters, stage=stage, ack_wait_s=bus.cfg.ack_wait_s)
         # Pulled messages on their way to a lane; None tells a lane to stop.
         self._inbox: asyncio.Queue[_Job | None] = asyncio.Queue()
         self._lanes: anyio.abc.TaskGroup | None = None  # where batches of forwards run
@@ -203,7 +205,7 @@ class Consumer(Generic[T]):
             async with anyio.create_task_group() as chores:
                 chores.start_soon(self._wake_on, stop)
                 if self.keep_alive_every_s:
-                    chores.start_soon(self._keep_alive, self.keep_alive_every_s)
+                    chores.start_soon(self._in_hand.keep_alive, self.keep_alive_every_s)
                 # The drain deadline is set on this scope once pulling stops: the
                 # task group then waits for the handlers in hand, at most that long.
                 with anyio.CancelScope() as drain_scope:
@@ -280,21 +282,11 @@ class Consumer(Generic[T]):
         self._free += 1
         self._room.set()
 
-    async def _keep_alive(self, every_s: float) -> None:
-        """One ticker for the whole window: ``in_progress`` for each message
-        held ``every_s`` since its last sign of life."""
-        while True:
-            await anyio.sleep(every_s / 4)
-            now = time.monotonic()
-            for held in list(self._held.values()):
-                if now - held[1] >= every_s:
-                    held[1] = now
-                    await self._safely(held[0].in_progress, "in_progress")
-
     async def _pull_once(self, sub) -> None:
         # Take every free slot, so we never pull messages we cannot work on
         # at once (they would age in our hands past ack_wait).
         taken, self._free = self._free, 0
+        asked_at = time.monotonic()  # the server's ack_wait starts later, when it delivers
         try:
             msgs = await self._fetch(sub, taken)
         except BaseException:
@@ -304,7 +296,9 @@ class Consumer(Generic[T]):
         self._pulled_short = 0 < len(msgs) < max(1, self.concurrency // 2)
         forwards: list[tuple[_Job, _Out]] = []
         for m in msgs:
-            job = self._take(m)
+            if (job := self._take(m, asked_at)) is None:  # a redelivery of a message in hand
+                self._release()
+                continue
             if self.forward is not None and job.preset is None and (out := self._forward_of(job)) is not None:
                 forwards.append((job, out))
             else:
@@ -313,15 +307,17 @@ class Consumer(Generic[T]):
             assert self._lanes is not None
             self._lanes.start_soon(self._forward_all, forwards)
 
-    def _take(self, msg: Msg) -> _Job:
-        """Count ``msg`` in hand, keep it alive from now on, and admit it."""
-        self.stats.in_flight += 1
-        self.stats.counters["received"] += 1
+    def _take(self, msg: Msg, asked_at: float) -> _Job | None:
+        """Count ``msg`` in hand, keep it alive from now on, and admit it; None when it is
+        a redelivery of a message still in hand (absorbed there: ``InHand.take``)."""
         key = stream_seq(msg)
         if key is not None and key > self._max_seq:
             self._max_seq = key
-        job = _Job(msg, key, [msg, time.monotonic()])
-        self._held[key] = job.entry  # a redelivery of a held message takes its place
+        if (entry := self._in_hand.take(key, msg, asked_at)) is None:
+            return None
+        self.stats.in_flight += 1
+        self.stats.counters["received"] += 1
+        job = _Job(key, entry)
         try:
             job.delivery = delivery = Delivery(msg)
             job.obj = self.admission.admit(msg.data, delivery.headers, num_delivered=delivery.num_delivered,
@@ -335,7 +331,7 @@ class Consumer(Generic[T]):
             self.stats.counters["duplicates"] += 1
             job.preset = Ack()
         except BaseException:  # not a JetStream message: a bug, not the message's fault
-            del self._held[key]
+            self._in_hand.done(key, entry)
             self.stats.in_flight -= 1
             raise
         return job
@@ -382,7 +378,7 @@ class Consumer(Generic[T]):
                     outcome = await self._handle(job.delivery, lambda out=out: self._publish_again(out))  # type: ignore[arg-type]
                 else:
                     outcome = Ack()
-                await self._settle(job.msg, outcome)
+                await self._settle(job.entry.msg, outcome)
                 self._finish(job, outcome)
                 settled += 1
         finally:
@@ -453,7 +449,7 @@ class Consumer(Generic[T]):
                         action="recreating it" if self.bus.owns_topology else "waiting for its owner to recreate it")
         if not self.bus.owns_topology:
             return
-        held = [seq for seq in self._held if seq is not None]
+        held = self._in_hand.sequences()
         resume = min(held) if held else (self._max_seq + 1 if self._max_seq else self.start_seq)
         try:
             info = await self.bus.js.stream_info(self.cd.stream)
@@ -499,7 +495,7 @@ class Consumer(Generic[T]):
         outcome: Outcome | None = None
         try:
             if job.preset is not None:  # settled by admission or by ``forward``
-                await self._settle(job.msg, job.preset)
+                await self._settle(job.entry.msg, job.preset)
                 outcome = job.preset
                 return
             obj, delivery = job.obj, job.delivery
@@ -508,7 +504,7 @@ class Consumer(Generic[T]):
             with passing_on(traceparent), bind_message(task_id=self._task_id(obj), trace_id=trace_id_of(traceparent)):
                 # ActorFatalError: the finally below naks
                 handled = await self._handle(delivery, lambda: self.handle(obj, delivery))  # type: ignore[arg-type]
-                await self._settle(job.msg, handled)
+                await self._settle(job.entry.msg, handled)
                 outcome = handled
         finally:
             if outcome is None:
@@ -519,17 +515,15 @@ class Consumer(Generic[T]):
 
     def _finish(self, job: _Job, outcome: Outcome) -> None:
         """``job`` is settled (or held, ``Hold``): its slot is free."""
-        if not isinstance(outcome, Hold) and self._held.get(job.key) is job.entry:
-            del self._held[job.key]
+        self._in_hand.done(job.key, job.entry, held=isinstance(outcome, Hold))
         self.stats.in_flight -= 1
         self._release()
 
     async def _abandon(self, job: _Job) -> None:
         """Give ``job``'s message back now, for redelivery elsewhere (a stop, a drain cut short)."""
-        if self._held.get(job.key) is job.entry:
-            del self._held[job.key]
+        self._in_hand.done(job.key, job.entry)
         with anyio.CancelScope(shield=True):
-            await self._give_back(job.msg)
+            await self._give_back(job.entry.msg)
         self.stats.in_flight -= 1
         self._release()
 
@@ -537,14 +531,14 @@ class Consumer(Generic[T]):
         """Settle a message its handler held (``Hold``): ack it (or nak it, or dead-letter it) now.
         Never fatal, like every settle; a sequence not held (released already,
         or never held) is left alone."""
-        entry = self._held.pop(stream_seq, None)
+        entry = self._in_hand.release(stream_seq)
         if entry is not None:
-            await self._settle(entry[0], outcome or Ack())
+            await self._settle(entry.msg, outcome or Ack())
 
     @property
     def held(self) -> int:
         """Messages held by their handlers (``Hold``), not being handled now."""
-        return max(0, len(self._held) - self.stats.in_flight)
+        return max(0, len(self._in_hand) - self.stats.in_flight)
 
     def _task_id(self, obj: T) -> str | None:
         try:
@@ -578,7 +572,7 @@ class Consumer(Generic[T]):
                     self.stats.counters["naked"] += 1
             case Term(reason=reason, error_type=error_type, kind=kind):
                 await self._dead(msg, kind, reason, error_type)
-            case Hold():  # kept in ``_held`` (alive) until ``release``
+            case Hold():  # kept in hand (alive) until ``release``
                 self.admission.given_back(stream_seq(msg))
 
     async def _safely(self, op: Callable[[], Awaitable[object]], what: str) -> bool:

@@ -91,7 +91,7 @@ class ConsumerStats:
         # failing right now); every other entry only grows.
         self.counters: Counter[str] = Counter(
             {k: 0 for k in ("received", "acked", "naked", "dead_lettered", "duplicates", "faults", "bus_retries",
-                            "pull_failures",
+                            "pull_failures", "keep_alive_stalls", "redelivered_in_hand",
                             "poison_pills",
                             "dead_letter_failures", "dead_letter_retrying", "settle_failures")}
         )

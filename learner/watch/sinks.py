@@ -11,6 +11,14 @@ trackers; training goes on. ``wandb`` and ``mlflow`` are imported on that
 thread, and only when configured: a learner without trackers never loads them,
 and no other role imports this module.
 
+``close`` returns once each tracker holds what it was sent: W&B's ``run.finish``
+only asks its service (wandb-core) to close the run, which writes the run's
+last block (its offline file: every row, for a small run) after ``finish``
+returns, so the sink also waits for the service to end (``wandb.teardown``).
+It waits for a tracker as long as it progresses (``CLOSE_STUCK_S`` without a
+call done, ``CLOSE_WAIT_S`` in all); one given up is turned off like a failed
+one, naming the records it never sent (they die with the process).
+
 Not covered: continuing one tracker run across learner restarts (each start is
 a new tracker run; ``metrics.jsonl`` is the record that spans them).
 """
@@ -38,8 +46,11 @@ log = get_logger("rlvr.learner.watch.sinks")
 
 # Records a tracker may fall behind by before it counts as failed (about an hour of fast steps).
 QUEUE_RECORDS = 4096
-# Seconds ``close`` waits for a tracker to finish (W&B online uploads what it holds).
-CLOSE_WAIT_S = 60.0
+# Seconds ``close`` waits for a tracker that makes no progress: longer than one call may take (wandb.init gives
+# its service 90 s, and took over 60 s on 2 busy cores), so only a tracker stuck in one call is given up.
+CLOSE_STUCK_S = 120.0
+# Seconds ``close`` waits in all, however a tracker progresses (4096 records behind, online).
+CLOSE_WAIT_S = 600.0
 _SAMPLE_COLUMNS = ("step", "group_id", "prompt", "completion", "reward", "outcome", "verifier", "policy_version")
 
 
@@ -111,15 +122,21 @@ class Trackers:
         if self._workers and every and step % every == 0:
             self._submit("samples", step, sample_rows(step, groups, self.cfg.samples_per_table, self.cfg.sample_chars))
 
-    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
-        """Finish every tracker's run, waiting at most ``wait_s`` in all."""
+    def close(self, wait_s: float = CLOSE_WAIT_S, stuck_s: float = CLOSE_STUCK_S) -> None:
+        """Finish every tracker's run: wait while it progresses, ``stuck_s`` at most without a call
+        done and ``wait_s`` at most in all."""
         deadline = time.monotonic() + wait_s
         for w in self._workers:
             w.stop()
         for w in self._workers:
-            w.thread.join(max(0.0, deadline - time.monotonic()))
-            if w.thread.is_alive():
-                log.warning("tracker_close_timeout", tracker=w.sink.name, waited_s=wait_s)
+            while w.thread.is_alive():
+                now = time.monotonic()
+                if now >= deadline or now - w.progress_at >= stuck_s:
+                    why = f"still busy after {wait_s:g}s" if now >= deadline else f"stuck {stuck_s:g}s in one call"
+                    # Its queue dies with the process: said, and counted.
+                    w.fail("close", f"{why}; {w.unsent()} records never sent")
+                    break
+                w.thread.join(min(1.0, deadline - now))
 
     def _submit(self, method: str, *args: Any) -> None:
         for w in self._workers:
@@ -136,6 +153,7 @@ class _Worker:
         self.failed = False
         self._fail_lock = threading.Lock()  # the learner's thread (a full queue) and this one may both fail it
         self.calls: queue.Queue[tuple[str, tuple] | None] = queue.Queue(QUEUE_RECORDS)
+        self.progress_at = time.monotonic()  # when its last call ended (``close`` waits while it moves)
         self.thread = threading.Thread(target=self._run, name=f"tracker-{sink.name}", daemon=True)
 
     def submit(self, method: str, args: tuple) -> None:
@@ -144,7 +162,12 @@ class _Worker:
         try:
             self.calls.put_nowait((method, args))
         except queue.Full:
-            self._fail(method, f"fell {QUEUE_RECORDS} records behind the learner")
+            self.fail(method, f"fell {QUEUE_RECORDS} records behind the learner")
+
+    def unsent(self) -> int:
+        """Calls still queued (``stop``'s end marker aside)."""
+        with self.calls.mutex:
+            return sum(c is not None for c in self.calls.queue)
 
     def stop(self) -> None:
         try:
@@ -160,14 +183,15 @@ class _Worker:
                 try:
                     getattr(self.sink, method)(*args)
                 except Exception as e:  # any fault of the tracker: it goes off, training does not
-                    self._fail(method, f"{type(e).__name__}: {e}")
+                    self.fail(method, f"{type(e).__name__}: {e}")
+            self.progress_at = time.monotonic()
             call = self.calls.get()
         try:  # a failed tracker too: its run is marked ended where the tracker still answers
             self.sink.close()
         except Exception as e:
-            self._fail("close", f"{type(e).__name__}: {e}")
+            self.fail("close", f"{type(e).__name__}: {e}")
 
-    def _fail(self, during: str, error: str) -> None:
+    def fail(self, during: str, error: str) -> None:
         with self._fail_lock:
             if self.failed:
                 return
@@ -218,6 +242,15 @@ class WandbSink:
         if self.run is not None:
             self.run.finish()
             self.run = None
+            import wandb
+
+            # finish() returns once wandb-core has the exit record; the run's file is written when the
+            # service closes it, later (an offline run read at once lacked every row under load). The
+            # learner is the only W&B user in its process: ending the service is waiting for the file.
+            try:
+                wandb.teardown()
+            except SystemExit as e:  # wandb's way of saying its service failed: not this thread's exit
+                raise RuntimeError(f"wandb-core exited with code {e.code}") from None
 
 
 class MlflowSink:

@@ -204,49 +204,6 @@ def test_a_transient_bus_fault_is_retried_in_place_and_never_makes_a_poison_pill
     assert BusClient(nats_server.url, RUN).decoded("DEAD", DeadLetter) == []
 
 
-def _held_past_ack_wait(nats_server, keep_alive_every_s):
-    """Deliveries of one message whose handler holds it for 2.5 x ack_wait, or
-    until the server delivers it a second time, whichever comes first."""
-    seen: list[int] = []
-
-    async def main():
-        bus = await _bus(nats_server.url, ack_wait_s=1.0)
-        redelivered, finished = anyio.Event(), anyio.Event()
-
-        async def handle(sample: Sample, delivery):
-            seen.append(delivery.num_delivered)
-            if delivery.num_delivered > 1:
-                redelivered.set()
-                return
-            with anyio.move_on_after(2.5):  # the bound of the long work under test
-                await redelivered.wait()
-            finished.set()
-
-        consumer = Consumer(bus, bus.consumer_def("verify"), stage="verify", decode=lambda d: decode(d, Sample),
-                            handle=handle, concurrency=2, keep_alive_every_s=keep_alive_every_s)
-        await bus.publish(bus.names.rollouts, make_sample(RUN), msg_id="m1")
-        await _run_until(consumer, finished)
-        await bus.close()
-
-    anyio.run(main)
-    return seen
-
-
-def test_one_ticker_keeps_every_held_message_alive_past_ack_wait(nats_server):
-    assert _held_past_ack_wait(nats_server, keep_alive_every_s=0.3) == [1]
-
-
-def test_without_keep_alive_a_message_held_past_ack_wait_is_redelivered(nats_server):
-    assert _held_past_ack_wait(nats_server, keep_alive_every_s=None)[:2] == [1, 2]
-
-
-def test_a_keep_alive_slower_than_ack_wait_is_tightened_so_long_work_is_never_redelivered(nats_server):
-    """A role's in_progress_every_s (5 s by default) above a third of ack_wait (1 s here; the chaos runs
-    use 2 s) would let the server redeliver work still in hand: each expiry one more delivery, until a
-    good message is dead-lettered as a poison pill (the quick chaos run's unexplained letter)."""
-    assert _held_past_ack_wait(nats_server, keep_alive_every_s=5.0) == [1]
-
-
 def test_pulls_are_batched_at_half_the_window(nats_server):
     """A pull per free slot would be a round trip per message; the loop
     waits for half the window (or a short linger) and pulls that many."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from structlog.testing import capture_logs
 from rlvr.learner.watch.alarms import Alarm
 from rlvr.learner.config import LearnConfig, MlflowConfig, TrackersConfig, WandbConfig
 from rlvr.learner.watch.metrics import MetricsWriter
-from rlvr.learner.watch.sinks import MlflowSink, numbers
+from rlvr.learner.watch.sinks import MlflowSink, Trackers, numbers
 from tests.learner.learner_helpers import scored_groups
 
 pytest.importorskip("wandb")
@@ -126,7 +127,7 @@ def test_trackers_record_the_same_step_metrics_as_metrics_jsonl(tmp_path):
                          resolved_config=RESOLVED))
     records = _jsonl(out)
     steps = _steps_in(records)
-    assert sorted(steps) == [1, 2, 3, 4] and not any(r.get("event") == "tracker_disabled" for r in records)
+    assert sorted(steps) == [1, 2, 3, 4] and not [r for r in records if r.get("kind") == "tracker_disabled"]
     keys = set(steps[1])
 
     rows, config = _wandb_history(out)
@@ -193,3 +194,97 @@ def test_trackers_are_off_by_default_and_unknown_keys_are_named():
     assert TrackersConfig().wandb is None and TrackersConfig().mlflow is None
     with pytest.raises(msgspec.ValidationError, match="api_key"):
         msgspec.convert({"trackers": {"wandb": {"api_key": "x"}}}, LearnConfig)
+
+
+def test_the_offline_wandb_run_holds_every_row_once_close_returns_however_slow_its_service(tmp_path, monkeypatch):
+    """``run.finish()`` returns once wandb-core has the exit record; the run's file gets its rows when
+    the service closes it (its last 32 KiB block stays in memory until then). On a busy machine a reader
+    came first and the run lacked step 1 (issue 44). Here the service is stopped across ``finish``, as
+    a starved process would be, and resumed 2 s later: ``close`` must wait for it."""
+    import os
+    import signal
+    import threading
+
+    from wandb.sdk.lib.service.service_connection import ServiceConnection
+
+    real = ServiceConnection.inform_finish
+    resumed: list[threading.Timer] = []
+
+    def slow_service(self, run_id):
+        pid = self._proc._process.pid  # the wandb-core process this connection started
+        os.kill(pid, signal.SIGSTOP)
+        timer = threading.Timer(2.0, os.kill, (pid, signal.SIGCONT))
+        resumed.append(timer)
+        timer.start()
+        real(self, run_id)
+
+    monkeypatch.setattr(ServiceConnection, "inform_finish", slow_service)
+    out = tmp_path / "run"
+    try:
+        _drive(MetricsWriter(out, TrackersConfig(wandb=WandbConfig(project="t", mode="offline")), run_name="r1"))
+        rows, _ = _wandb_history(out)  # read at once, as `wandb sync` or the next stage would
+    finally:
+        for timer in resumed:
+            timer.join()
+    assert len(resumed) == 1
+    assert {s: rows[s]["reward_mean"] for s in (1, 2, 3, 4)} == {s: 0.25 * s for s in (1, 2, 3, 4)}
+    assert rows[0]["eval/pass_at_1"] == 0.125 and rows[2]["alarms/flat_reward"] == 1
+    assert not any(r.get("kind") == "tracker_disabled" for r in _jsonl(out))
+
+
+def test_a_tracker_stuck_in_one_call_at_close_is_turned_off_naming_the_records_it_never_sent(tmp_path, monkeypatch):
+    """Its queue dies with the learner's process: the loss is said (an alarm record that MetricsWriter
+    writes to metrics.jsonl), never silent; and it is given up once stuck, not after close's whole wait."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(self, step, values):  # a tracking server that stopped answering
+        entered.set()
+        release.wait(120)
+
+    monkeypatch.setattr(MlflowSink, "step", stuck)
+    trackers = Trackers(TrackersConfig(mlflow=_trackers(tmp_path).mlflow), out_dir=tmp_path / "run", run_name="r1")
+    try:
+        trackers.record(_step_record(1))
+        assert entered.wait(120), "the tracker never reached its first step"
+        trackers.record(_step_record(2))
+        trackers.record(_step_record(3))
+        started = time.monotonic()
+        trackers.close(stuck_s=0.5)  # the whole wait stays CLOSE_WAIT_S (600 s)
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        trackers.close()
+    assert waited < 60
+    off = trackers.notices.get_nowait()
+    assert off["kind"] == "tracker_disabled" and off["tracker"] == "mlflow"
+    assert "close failed: stuck 0.5s in one call; 2 records never sent" in off["message"]
+    assert trackers.notices.empty()
+
+
+def test_close_waits_for_a_slow_tracker_as_long_as_it_progresses(tmp_path, monkeypatch):
+    """On 2 busy cores wandb.init alone took over 60 s, the whole wait close used to allow: the rows
+    queued behind it were dropped (issue 44's KeyError: 1, seen again at load 12-16). A tracker that
+    moves is waited for, however long it takes in all (up to CLOSE_WAIT_S)."""
+    import threading
+
+    real, opened = MlflowSink.step, threading.Event()
+
+    def slow(self, step, values):  # each call well inside stuck_s, all of them together well past it
+        opened.set()
+        time.sleep(0.5)
+        real(self, step, values)
+
+    monkeypatch.setattr(MlflowSink, "step", slow)
+    trackers = Trackers(TrackersConfig(mlflow=_trackers(tmp_path).mlflow), out_dir=tmp_path / "run", run_name="r1")
+    for step in range(1, 13):
+        trackers.record(_step_record(step))
+    assert opened.wait(120), "the tracker never reached its first step"
+    started = time.monotonic()
+    trackers.close(stuck_s=3.0)
+    assert time.monotonic() - started > 3.0  # the whole close outlasted stuck_s: it was waited for
+    assert trackers.notices.empty()
+    client, run = _mlflow_run(tmp_path)
+    assert sorted(_mlflow_steps(client, run, ["reward_mean"])) == list(range(1, 13))
+    assert run.info.status == "FINISHED"
