@@ -7,7 +7,11 @@ Per optimizer step, B = ``groups_per_step`` prompts x G = ``group_size`` complet
 - rollout seconds = completion tokens of the step / (decode tokens/s per GPU x rollout GPUs);
 - a step takes the longer of the two when rollouts run ahead (``max_staleness >= 1``), their sum
   otherwise. Dynamic sampling makes the rollout generate more groups than it trains: the
-  ``keep`` share (1.0 = every group kept) divides the rollout's work.
+  ``keep`` share (1.0 = every group kept) divides the rollout's work;
+- GPU-hours = the run's hours x the GPUs it holds, each counted once: a GPU the learner shares with
+  the rollout is one GPU. With no rollout GPU in the plan (``up.rollout_replicas = 0``: replicas
+  started elsewhere; an HF engine on CPU) the rollout's time is taken at one GPU's decode rate
+  and no GPU is charged for it.
 
 Lengths: the prompt's mean token count over the sampled tasks (``max_prompt_tokens`` when no
 tokenizer loads) and the completion at ``max_tokens`` (the worst case: a run whose answers are
@@ -39,6 +43,8 @@ class CostEstimate(msgspec.Struct, frozen=True):
     step_s: float
     overlapped: bool
     run_hours: float
+    gpus: int  # GPUs the run holds, each counted once
+    rollout_gpus: int  # 0: no rollout GPU in the plan (its time at one GPU's rate, not charged)
     gpu_hours: float
     cost: float | None
     assumptions: CostAssumptions
@@ -46,7 +52,9 @@ class CostEstimate(msgspec.Struct, frozen=True):
 
 def estimate(shape: ModelShape, *, group_size: int, groups_per_step: int, steps: int, prompt_tokens: float,
              completion_tokens: int, ppo_epochs: int, overlapped: bool, learner_gpus: int, rollout_gpus: int,
-             a: CostAssumptions) -> CostEstimate:
+             gpus: int, a: CostAssumptions) -> CostEstimate:
+    """``learner_gpus`` and ``rollout_gpus`` set the two rates; ``gpus`` (the GPUs held, a shared one
+    once) is what the hours are charged for."""
     from rlvr.learner.train.flops import step_flops
 
     n = group_size * groups_per_step
@@ -56,11 +64,10 @@ def estimate(shape: ModelShape, *, group_size: int, groups_per_step: int, steps:
     rollout_s = n * completion_tokens / max(a.keep, 1e-3) / (a.decode_tokens_per_s * max(1, rollout_gpus))
     step_s = max(learner_s, rollout_s) if overlapped else learner_s + rollout_s
     hours = step_s * steps / 3600
-    gpus = learner_gpus + rollout_gpus
     return CostEstimate(
         samples_per_step=n, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         learner_tflop_per_step=flops / 1e12, learner_s=learner_s, rollout_s=rollout_s, step_s=step_s,
-        overlapped=overlapped, run_hours=hours, gpu_hours=hours * gpus,
+        overlapped=overlapped, run_hours=hours, gpus=gpus, rollout_gpus=rollout_gpus, gpu_hours=hours * gpus,
         cost=hours * gpus * a.gpu_hour_price if a.gpu_hour_price else None, assumptions=a,
     )
 

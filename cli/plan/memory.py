@@ -1,38 +1,44 @@
 """Bytes per GPU for each role of a run, from the model's shape and the config: a plan, not a measurement.
 
-Learner (one rank; ``ranks`` data-parallel ranks share the ZeRO shards):
+Learner (one rank; ``ranks`` data-parallel ranks share the ZeRO shards). P parameters of which T
+train (T = P, or the LoRA adapters' count); w = 2 bytes (bf16) or 4 (fp32); n ranks; each term
+as DeepSpeed 0.19 and torch's AdamW hold it (counted in a tensor census, bench/plan_vs_measured.py):
 
-- model states, P parameters of which T train (T = P, or the LoRA adapters' count):
-  bf16: 16-bit weights 2P; 16-bit and fp32 gradients 2T + 4T; fp32 master weights 4T; AdamW's
-  two moments 8T (DeepSpeed's "2 + 18" rule). fp32: weights 4P, gradients 4T, moments 8T.
-  ZeRO-1 shards the optimizer's share (master + moments) over the ranks, ZeRO-2 the gradients
-  too, ZeRO-3 the weights too (plus the largest module gathered whole). ``offload_optimizer``
-  moves master weights, moments and fp32 gradients to CPU memory;
-- activations of one micro-batch of ``micro_batch_tokens`` tokens: per token and layer the
-  tensors a Llama/Qwen2 decoder layer keeps for its backward, about 8h + 3kv + 4i values
-  (h hidden, kv the key/value width, i the MLP width), at 2 bytes (bf16) or 4 (fp32). With
-  gradient checkpointing each layer keeps only its input (h values), and one layer's full set is
-  rebuilt at a time (counted twice: its values and their gradients);
-- the chunked log-prob buffer (``learner/train/token_logprobs.py``): about three fp32 [chunk, V]
-  buffers at a time, chunk = min(1,024, micro-batch tokens); the old full-logits path held
-  about six fp32 [tokens, V] copies (bench/results/learner_memory.md), kept as ``full_logits``
-  for comparing with figures measured before the change;
-- on CPU only: attention's score matrix. PyTorch's CPU ``scaled_dot_product_attention`` with an
-  attention mask (the learner always passes one) takes the math path, which materialises the
-  heads x t x t probabilities in the compute dtype: kept per layer for the backward without
-  checkpointing, about four such tensors (scores, probabilities and their gradients) for the one
-  layer rebuilt with it. This is what the CPU validation showed missing at 1,024 and 2,048 tokens
-  (bench/results/plan_vs_measured.md). The GPU kernels (flash, memory-efficient) keep none;
-- the reference model (``loss.kl_coef > 0``): its weights in the compute dtype, on every rank;
-- a fixed allowance for the CUDA context, NCCL and allocator slack (``GPU_OVERHEAD``).
+- held throughout: the weights (wP; ZeRO-3: wP/n), AdamW's two fp32 moments (8T; ZeRO: 8T/n),
+  the fp32 master weights (bf16 ZeRO-0: 4T; ZeRO-1/2/3: a 4T/n partition of their own, even when
+  the weights are fp32), ZeRO-3's gradient partition and bucket;
+- at the forward's end (the backward's start): the activations of one micro-batch of
+  ``micro_batch_tokens`` tokens, about 8h + 3kv + 4i values per token and layer (h hidden, kv the
+  key/value width, i the MLP width; with gradient checkpointing each layer's input and one layer
+  rebuilt, counted twice: its values and their gradients); the chunked log-prob buffer
+  (``learner/train/token_logprobs.py``: three fp32 [chunk, V] buffers, chunk = min(1,024, tokens));
+  the output head's gradient (V x h, ZeRO-1/2: twice, with its copy in the bucket); ZeRO-3's
+  gathered weights, until the backward's end (up to ``stage3_max_live_parameters``: a smaller
+  model is gathered whole);
+- at the backward's end: every gradient (ZeRO-0 and ZeRO-1: wT; ZeRO-2: the rank's wT/n) and
+  the buffer they are reduced through: under ZeRO-1/2 a bucket of ``reduce_bucket_size`` elements
+  of w bytes (a GPU allocates all of it; on CPU only the pages written count), under ZeRO-0 the
+  all-reduce's flat copy of the gradients (on one rank too);
+- at the optimizer step: the gradients in fp32 (bf16 ZeRO-0: a 4T copy; ZeRO: the 4T/n partition
+  handed to AdamW) and AdamW's temporaries (on a GPU, foreach: one fp32 copy of what it updates;
+  on CPU, one tensor at a time: two of its largest tensor, the flat partition under ZeRO).
+
+The peak is the largest of the three moments: the activations are gone before the step's copies
+exist. ``offload_optimizer`` moves the master weights, the moments, the fp32 gradients and the
+step to CPU memory. Also counted: the reference model (``loss.kl_coef > 0``: its weights in the
+compute dtype, on every rank) and a fixed allowance for the CUDA context, NCCL and the caching
+allocator's slack (``GPU_OVERHEAD``). The old full-logits log-prob path (about six fp32
+[tokens, V] copies, bench/results/learner_memory.md) is kept as ``full_logits`` for comparing with
+figures measured before the chunking.
 
 Rollout (one vLLM replica, per GPU of its tensor-parallel group): weights, vLLM's non-KV reserve
 (activation peak of the sampler's logits, CUDA graphs unless ``enforce_eager``), and the KV cache
 that is left of ``gpu_memory_utilization`` x the GPU; 2 x layers x kv width x dtype bytes per
 token. Sequences of ``max_model_len`` that fit = KV bytes / (bytes per token x max_model_len).
 
-Not counted: fragmentation beyond the allowance, attention's score matrix on a GPU (sdpa's flash
-and memory-efficient kernels keep none), a critic (this config format has none yet).
+Not counted: fragmentation beyond the allowance; attention's score matrix (sdpa's kernels keep none,
+on a GPU and, since torch 2.x's flash kernel for CPU, on CPU too); a critic (this config format has
+none yet); offload and LoRA were not measured (their terms follow DeepSpeed's code).
 """
 
 from __future__ import annotations
@@ -48,13 +54,36 @@ CUDA_GRAPHS = GiB // 2  # vLLM's captured graphs when enforce_eager = false
 LOGPROB_CHUNK = 1024  # learner/train/token_logprobs.py LOGPROB_CHUNK_TOKENS
 FULL_LOGITS_COPIES = 6.1  # fp32 [tokens, V] copies the old path held at its peak (bench/results/learner_memory.md)
 CHUNK_COPIES = 3.0  # fp32 [chunk, V] buffers the chunked path holds at a time
+# DeepSpeed's default zero_optimization.reduce_bucket_size (elements), and the bucket of its ZeRO-0
+# all-reduce (MEMORY_OPT_ALLREDUCE_SIZE); the learner sets neither.
+REDUCE_BUCKET = 500_000_000
+MAX_LIVE_PARAMETERS = 1_000_000_000  # its default zero_optimization.stage3_max_live_parameters
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
+
+
+# The three moments of a training step at which the learner's memory peaks: the forward's end (the
+# backward's start: every activation, the log-prob chunk being rebuilt, the output head's gradient),
+# the backward's end (every gradient, DeepSpeed's bucket) and the optimizer step (the fp32 gradient
+# copies, AdamW's temporaries; the activations are gone). A part says at which of them it is alive.
+MOMENTS = ("forward", "backward", "step")
+FORWARD, BACKWARD, STEP = (("forward",), ("backward",), ("step",))
 
 
 class Part(msgspec.Struct, frozen=True):
     name: str
     bytes: int
     where: str = "gpu"  # "gpu" or "cpu" (offloaded)
+    alive: tuple[str, ...] = MOMENTS  # the moments at which it is alive; all of them: held throughout
+
+
+def at_moments(parts: list[Part], where: str) -> dict[str, int]:
+    """Bytes ``parts`` on ``where`` hold at each moment of a step."""
+    return {m: sum(p.bytes for p in parts if p.where == where and m in p.alive) for m in MOMENTS}
+
+
+def peak(parts: list[Part], where: str) -> int:
+    """The most ``parts`` on ``where`` hold at once: the largest of the three moments."""
+    return max(at_moments(parts, where).values())
 
 
 class LearnerSettings(msgspec.Struct, frozen=True):
@@ -79,11 +108,11 @@ class RolePlan(msgspec.Struct, frozen=True):
 
     @property
     def gpu_bytes(self) -> int:
-        return sum(p.bytes for p in self.parts if p.where == "gpu")
+        return peak(self.parts, "gpu")
 
     @property
     def cpu_bytes(self) -> int:
-        return sum(p.bytes for p in self.parts if p.where == "cpu")
+        return peak(self.parts, "cpu")
 
     @property
     def shortfall(self) -> int:
@@ -94,56 +123,75 @@ def trainable(shape: ModelShape, s: LearnerSettings) -> int:
     return lora_params(shape, s.lora_rank, s.lora_targets) if s.lora_rank else shape.params
 
 
-def model_states(shape: ModelShape, s: LearnerSettings, ranks: int) -> list[Part]:
-    """Weights, gradients and optimizer states on one of ``ranks`` ranks."""
+def model_states(shape: ModelShape, s: LearnerSettings, ranks: int, on_gpu: bool = True) -> list[Part]:
+    """Weights, gradients, optimizer states, DeepSpeed's buffers and AdamW's temporaries on one of
+    ``ranks`` ranks, as DeepSpeed 0.19 and torch's AdamW hold them (docs/plan.md says each term)."""
     P, T, n = shape.params, trainable(shape, s), max(1, ranks)
     w = 2 if s.bf16 else 4
-    weights = P * w // n if s.zero_stage == 3 else P * w
-    grad16 = 2 * T if s.bf16 else 0  # bf16 gradients beside the fp32 ones
-    grad32 = 4 * T
-    master = 4 * T if s.bf16 else 0
-    moments = 8 * T
-    shard_grads = s.zero_stage >= 2
-    shard_opt = s.zero_stage >= 1
+    bits = "16-bit" if s.bf16 else "fp32"
     off = "cpu" if s.offload_optimizer and s.zero_stage >= 1 else "gpu"
-    parts = [Part("weights" + (" (16-bit)" if s.bf16 else " (fp32)"), weights)]
+    shard = T if s.zero_stage == 0 else -(-T // n)  # what this rank's optimizer updates
+    # torch's AdamW on a GPU (foreach) holds one fp32 temporary of what it updates (sqrt of the second
+    # moment); on CPU (one tensor at a time) two of its largest tensor: the flat partition under ZeRO.
+    temps = 4 * shard if on_gpu and off == "gpu" else 2 * 4 * (
+        min(T, shape.largest_layer_params) if s.zero_stage == 0 else shard)
+    optimizer = [Part("AdamW moments (fp32)", 8 * shard, off), Part("AdamW temporaries (fp32)", temps, off, STEP)]
+    if T == P:  # the backward's first gradient, beside every activation: the output head's (ZeRO-1/2: and its bucket copy)
+        head = shape.vocab * shape.hidden * w * (2 if s.zero_stage in (1, 2) else 1)
+        optimizer.append(Part("gradients: the output head's, at the backward's start", head, alive=FORWARD))
+    if s.zero_stage == 0:  # torch's AdamW, or DeepSpeed's unfused mixed-precision wrapper around it
+        # DeepSpeed's data-parallel all-reduce flattens the gradients, REDUCE_BUCKET elements at a time,
+        # between the backward and the step (on one rank too).
+        parts = [Part(f"weights ({bits})", P * w), Part(f"gradients ({bits})", T * w, alive=("backward", "step")),
+                 Part(f"gradients: all-reduce's flat copy ({bits})", min(T, REDUCE_BUCKET) * w, alive=BACKWARD)]
+        if s.bf16:
+            parts += [Part("master weights (fp32)", 4 * T), Part("gradients: fp32 copy at the step", 4 * T, alive=STEP)]
+        return parts + optimizer
+    # ZeRO-1/2/3 keep an fp32 master partition even when the weights are fp32, reduce gradients
+    # through a bucket of REDUCE_BUCKET elements (a GPU allocates it whole; on CPU only the pages
+    # written count, one per trained element) and hand AdamW an fp32 copy of the rank's partition.
+    bucket = (REDUCE_BUCKET if on_gpu else min(T, REDUCE_BUCKET)) * w
     if s.zero_stage == 3:
-        parts.append(Part("largest module gathered (ZeRO-3)", shape.largest_layer_params * w))
-    if grad16:
-        parts.append(Part("gradients (16-bit)", grad16 // n if shard_grads else grad16))
-    parts.append(Part("gradients (fp32)", grad32 // n if shard_grads else grad32, off))
-    if master:
-        parts.append(Part("master weights (fp32)", master // n if shard_opt else master, off))
-    parts.append(Part("AdamW moments (fp32)", moments // n if shard_opt else moments, off))
-    return parts
+        # Gathered weights stay live up to stage3_max_live_parameters (a model below it is gathered
+        # whole between its forward and backward); the largest module at the least.
+        live = min(P, max(MAX_LIVE_PARAMETERS, shape.largest_layer_params))
+        parts = [Part(f"weights ({bits}, ZeRO-3 partition)", P * w // n),
+                 Part("weights gathered (ZeRO-3, up to stage3_max_live_parameters)", live * w,
+                      alive=("forward", "backward")),
+                 Part(f"gradients ({bits}, partition)", shard * w),
+                 Part(f"gradient bucket ({bits}, reduce_bucket_size)", bucket)]
+    else:  # ZeRO-1 keeps every parameter's gradient until the step, ZeRO-2 the rank's partition only
+        parts = [Part(f"weights ({bits})", P * w),
+                 Part(f"gradients ({bits})" if s.zero_stage == 1 else f"gradients ({bits}, partition)",
+                      T * w if s.zero_stage == 1 else shard * w, alive=BACKWARD),
+                 Part(f"gradient bucket ({bits}, reduce_bucket_size)", bucket, alive=BACKWARD)]
+    return parts + [Part("master weights (fp32 partition)", 4 * shard, off),
+                    Part("gradients: fp32 partition at the step", 4 * shard, off, STEP), *optimizer]
 
 
-def activations(shape: ModelShape, s: LearnerSettings, on_gpu: bool = True) -> list[Part]:
-    """One micro-batch's activations and the log-prob buffer (and, on CPU, attention's scores)."""
+def activations(shape: ModelShape, s: LearnerSettings) -> list[Part]:
+    """One micro-batch's activations and the log-prob buffer."""
     a = 2 if s.bf16 else 4
     t, h, i, kv, L = s.micro_batch_tokens, shape.hidden, shape.intermediate, shape.kv_dim, shape.layers
     layer = t * (8 * h + 3 * kv + 4 * i) * a
     if s.gradient_checkpointing:
-        acts = [Part("activations: layer inputs (checkpointed)", L * t * h * a),
-                Part("activations: one layer rebuilt in backward", 2 * layer)]
+        acts = [Part("activations: layer inputs (checkpointed)", L * t * h * a, alive=FORWARD),
+                Part("activations: one layer rebuilt in backward", 2 * layer, alive=FORWARD)]
     else:
-        acts = [Part("activations (no checkpointing)", L * layer)]
-    if not on_gpu:
-        scores = shape.heads * t * t * a
-        acts.append(Part("attention scores (CPU math path): one rebuilt layer" if s.gradient_checkpointing
-                         else "attention scores (CPU math path): every layer",
-                         4 * scores if s.gradient_checkpointing else L * scores))
+        acts = [Part("activations (no checkpointing)", L * layer, alive=FORWARD)]
     if s.full_logits:
-        acts.append(Part("log-probs: full fp32 logits (old path)", int(FULL_LOGITS_COPIES * t * shape.vocab * 4)))
+        acts.append(Part("log-probs: full fp32 logits (old path)", int(FULL_LOGITS_COPIES * t * shape.vocab * 4),
+                         alive=FORWARD))
     else:
         chunk = min(LOGPROB_CHUNK, t)
-        acts.append(Part(f"log-probs: chunks of {chunk} x vocab (fp32)", int(CHUNK_COPIES * chunk * shape.vocab * 4)))
+        acts.append(Part(f"log-probs: chunks of {chunk} x vocab (fp32)", int(CHUNK_COPIES * chunk * shape.vocab * 4),
+                         alive=FORWARD))
     return acts
 
 
 def learner_plan(shape: ModelShape, s: LearnerSettings, *, ranks: int = 1, budget: int | None = None,
                  on_gpu: bool = True) -> RolePlan:
-    parts = model_states(shape, s, ranks) + activations(shape, s, on_gpu)
+    parts = model_states(shape, s, ranks, on_gpu) + activations(shape, s)
     if s.reference:
         parts.append(Part("reference model (kl_coef > 0)", shape.params * (2 if s.bf16 else 4)))
     if on_gpu:

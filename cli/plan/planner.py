@@ -136,7 +136,7 @@ def make_plan(cfg, shape: ModelShape, *, gpus: int = 1, nodes: int = 1, gpu_byte
             shape, group_size=cfg.learn.group_size, groups_per_step=cfg.learn.groups_per_step, steps=cfg.learn.steps,
             prompt_tokens=ptoks, completion_tokens=cfg.learn.sampling.max_tokens,
             ppo_epochs=cfg.learn.engine.ppo_epochs, overlapped=cfg.learn.max_staleness >= 1,
-            learner_gpus=top.learner_ranks, rollout_gpus=max(1, top.rollout_gpus), a=assumptions)
+            learner_gpus=top.learner_ranks, rollout_gpus=top.rollout_gpus, gpus=top.gpus, a=assumptions)
     wanted = r.wanted_seqs if r is not None else 0
     return Plan(shape, top, learner, rollout, fit, wanted, ds, problems, warnings, cost)
 
@@ -180,11 +180,9 @@ def learner_fixes(cfg, shape: ModelShape, s: LearnerSettings, top: Topology, bud
     if t < s.micro_batch_tokens and need(micro_batch_tokens=t) <= budget:
         fixes.append(f"learn.engine.micro_batch_tokens = {t} (needs {gib(need(micro_batch_tokens=t))}; "
                      "more micro-batches per step, same batch)")
-    if top.learner_ranks > 1:
-        for stage in (2, 3):
-            if s.zero_stage < stage:
-                offer(f"learn.engine.zero_stage = {stage}", zero_stage=stage)
-                break
+    if top.learner_ranks > 1:  # a stage shards only over several ranks; each higher one that fits is offered
+        for stage in range(s.zero_stage + 1, 4):
+            offer(f"learn.engine.zero_stage = {stage}", zero_stage=stage)
     if not s.offload_optimizer:
         stage = max(1, s.zero_stage)
         offer(("" if s.zero_stage else f"learn.engine.zero_stage = {stage} with ")

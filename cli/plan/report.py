@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlvr.cli.plan.memory import gib
+from rlvr.cli.plan.memory import MOMENTS, at_moments, gib
 
 
 def format_report(findings, plan) -> str:
@@ -29,13 +29,20 @@ def format_report(findings, plan) -> str:
         lines.append(f"## {role.role}: {gib(role.gpu_bytes)} per {'GPU' if t.gpus else 'process'}{budget}"
                      + (f", {gib(role.cpu_bytes)} offloaded to CPU memory" if role.cpu_bytes else ""))
         for p in role.parts:
-            lines.append(f"   {gib(p.bytes):>12}  {p.name}" + ("  [CPU]" if p.where == "cpu" else ""))
+            lines.append(f"   {gib(p.bytes):>12}  {p.name}" + ("  [CPU]" if p.where == "cpu" else "")
+                         + ("" if set(p.alive) == set(MOMENTS) else f"  (at: {', '.join(p.alive)})"))
+        if any(set(p.alive) != set(MOMENTS) for p in role.parts):
+            at = at_moments(role.parts, "gpu")  # the process's own memory, GPU or not ("cpu": what offload moves)
+            lines.append("   peak: the largest of the step's three moments: the forward's end "
+                         f"{gib(at['forward'])}, the backward's end {gib(at['backward'])}, the optimizer step "
+                         f"{gib(at['step'])}")
         for n in role.notes:
             lines.append(f"   note: {n}")
     if plan.deepspeed_estimate:
         d = plan.deepspeed_estimate
-        ours = sum(p.bytes for p in plan.learner.parts if p.where == "gpu" and not p.name.startswith(
-            ("activations", "log-probs", "CUDA", "reference")))
+        # DeepSpeed's estimate is of weights, gradients and optimizer states: the same terms of this plan.
+        ours = sum(p.bytes for p in plan.learner.parts if p.where == "gpu" and p.name.startswith(
+            ("weights", "gradients", "master", "AdamW moments")))
         lines.append(f"   DeepSpeed's {d['function']}: {gib(d['gpu_bytes'])} of model states per GPU "
                      f"(this plan: {gib(ours)})")
     if plan.rollout_fit_seqs is not None:
@@ -57,6 +64,9 @@ def format_report(findings, plan) -> str:
         lines.append(f"   per step: {c.samples_per_step} samples, learner {c.learner_tflop_per_step:,.1f} TFLOP "
                      f"= {c.learner_s:.1f} s, rollout {c.rollout_s:.1f} s, step {c.step_s:.1f} s "
                      f"({'overlapped: max_staleness >= 1' if c.overlapped else 'in turn: max_staleness = 0'})")
+        if not c.rollout_gpus:
+            lines.append("   rollout: no GPU in this plan (up.rollout_replicas = 0 or an engine on CPU): its time at "
+                         "one GPU's decode rate, no GPU charged for it")
         money = f", {c.cost:,.2f} at the stated price" if c.cost is not None else ""
-        lines.append(f"   run: {c.run_hours:.2f} h, {c.gpu_hours:.1f} GPU-hours{money}")
+        lines.append(f"   run: {c.run_hours:.2f} h on {c.gpus} GPU(s), each counted once: {c.gpu_hours:.1f} GPU-hours{money}")
     return "\n".join(lines)

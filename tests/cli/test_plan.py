@@ -75,7 +75,7 @@ def test_plan_prints_the_resolved_config(capsys):
 
 
 def test_plan_refuses_a_learner_that_cannot_fit_naming_role_shortfall_and_fix(qwen_shaped, capsys):
-    # gpu_qwen.toml on one 16 GiB GPU: vLLM keeps 35%, the learner gets 10.4 GiB and needs ~14.
+    # gpu_qwen.toml on one 16 GiB GPU: vLLM keeps 35%, the learner gets 10.4 GiB and needs ~12.
     rc, out = plan(capsys, "--config", str(REPO / "examples/gpu_qwen.toml"), "--gpu-memory", "16GiB",
                    *_model_sets("examples/gpu_qwen.toml", qwen_shaped))
     assert rc == 1
