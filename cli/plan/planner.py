@@ -117,6 +117,11 @@ def make_plan(cfg, shape: ModelShape, *, gpus: int = 1, nodes: int = 1, gpu_byte
                 learner_fixes(cfg, shape, s, top, budget)))
     rollout, fit = None, None
     r = rollout_settings(cfg)
+    if r is not None and on_gpu and top.rollout_gpus == 0:
+        # up.rollout_replicas = 0: the replicas run on other machines, whose GPUs these are not.
+        warnings.append("rollout: up.rollout_replicas = 0, so no rollout runs on these GPUs and vLLM's fit is not "
+                        "checked here; run `rlvr-actor plan` with the rollout machines' --gpus and --gpu-memory")
+        r = None
     if r is not None:
         rollout, fit = rollout_plan(shape, r, gpu_bytes if on_gpu else None)
         if fit is not None and fit < 1:

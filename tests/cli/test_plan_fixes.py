@@ -84,3 +84,12 @@ def test_separate_rollout_and_learner_gpus_are_each_charged(qwen05b):
     plan = make_plan(config("up.rollout_replicas=2"), qwen05b, gpus=8, gpu_bytes=80 * GiB)
     assert (plan.topology.rollout_gpus, plan.topology.learner_ranks) == (2, 6)
     assert plan.cost.gpu_hours == pytest.approx(8 * plan.cost.run_hours)
+
+
+def test_no_rollout_replica_here_is_no_rollout_to_fit_on_these_gpus(qwen05b):
+    """up.rollout_replicas = 0: vLLM runs on other machines. Its fit on the learner's GPUs is neither
+    checked nor failed (a false FAIL before), and the plan says why."""
+    plan = make_plan(config("up.rollout_replicas=0", "rollout.engine.max_model_len=131072"), qwen05b, gpus=1,
+                     gpu_bytes=2 * GiB)
+    assert not any(p.role == "rollout" for p in plan.problems) and plan.rollout is None
+    assert any("rollout_replicas = 0" in w for w in plan.warnings)
