@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -184,7 +184,7 @@ def tensors_sha256(items: Iterable[tuple[str, torch.Tensor]]) -> str:
     h = hashlib.sha256()
     for name, t in items:
         h.update(f"{name}\0{str(t.dtype).removeprefix('torch.')}\0{tuple(t.shape)}\0".encode())
-        h.update(_raw(t).cpu().numpy().tobytes())
+        h.update(memoryview(_raw(t).cpu().numpy()))  # the bytes in place: no copy of the tensor
     return h.hexdigest()
 
 
@@ -227,8 +227,13 @@ def send_state(pg: Any, header: Header, state: Mapping[str, torch.Tensor], devic
 MAX_HEADER_BYTES = 64 << 20
 
 
-def recv_state(pg: Any, device: str, timeout_s: float) -> tuple[Header, dict[str, torch.Tensor]]:
-    """Rank 1: the header and the tensors (on ``device``); the sha256 is the caller's to check."""
+def recv_state(
+    pg: Any, device: str, timeout_s: float, alloc: Callable[[list[tuple[str, torch.dtype, tuple[int, ...]]]],
+                                                           Mapping[str, torch.Tensor]] | None = None,
+) -> tuple[Header, Mapping[str, torch.Tensor]]:
+    """Rank 1: the header and the tensors (on ``device``); the sha256 is the caller's to check.
+    ``alloc`` places them: given (name, dtype, shape) of each, it returns empty tensors to receive
+    into (a block of shared memory the engine reads, say); by default one new tensor each."""
     import torch
 
     n = torch.zeros(1, dtype=torch.int64, device=device)
@@ -244,14 +249,20 @@ def recv_state(pg: Any, device: str, timeout_s: float) -> tuple[Header, dict[str
         raise CollectiveError(f"unreadable header: {e}") from e
     if not len(header.names) == len(header.dtypes) == len(header.shapes):
         raise CollectiveError("header lists disagree in length")
-    out: dict[str, torch.Tensor] = {}
+    specs = []
     for name, dtype_name, shape in zip(header.names, header.dtypes, header.shapes, strict=True):
         dtype = getattr(torch, dtype_name, None)
         if not isinstance(dtype, torch.dtype) or dtype_name not in DTYPE_TAGS:
             raise CollectiveError(f"{name}: dtype {dtype_name!r}")
-        t = torch.empty(shape, dtype=dtype, device=device)
+        specs.append((name, dtype, tuple(shape)))
+    if alloc is None:
+        out: Mapping[str, torch.Tensor] = {name: torch.empty(shape, dtype=dtype, device=device)
+                                           for name, dtype, shape in specs}
+    else:
+        out = alloc(specs)
+    for name, dtype, shape in specs:
+        t = out[name]
         _bcast(pg, _raw(t) if t.numel() else torch.empty(0, dtype=torch.uint8, device=device), timeout_s)
-        out[name] = t
     return header, out
 
 

@@ -15,7 +15,10 @@
 #   - a few steps of `rlvr-actor up` with examples/gpu_qwen.toml pointed at the model;
 #   - weights by collective with NCCL (bench/weights_collective.py, learner on cuda:0, replica
 #     receiving on cuda:1) against object_store, when two CUDA devices exist (NCCL refuses two ranks
-#     on one device): seconds per sync into $OUT/weights_collective.jsonl.
+#     on one device): seconds per sync into $OUT/weights_collective.jsonl;
+#   - weights without a file on one GPU (bench/weights_sync.py: the DeepSpeed learner's publish and a
+#     vLLM replica's reload, export folder against the in-memory collective, gloo through host
+#     memory), with the same path's figures scaled to a 7B model in bf16: $OUT/weights_sync.jsonl.
 #
 # Environment: PYTHON (default .venv/bin/python), OUT (default runs/gpu_check),
 # RLVR_GPU_MODEL (a model folder to reuse instead of building one).
@@ -36,6 +39,9 @@ if [[ ! -f "$MODEL/config.json" ]]; then
   "$PY" -m tests.gpu.qwen_shape "$MODEL" --layers "$layers" >/dev/null || { echo "FAIL model build"; exit 1; }
 fi
 export RLVR_GPU_MODEL=$MODEL
+# Weights without a file: two vLLM replicas (one per transport) and the learner share the one GPU.
+WSYNC=("$PY" bench/weights_sync.py --config examples/gpu_qwen.toml --model "$MODEL" --repeats 3
+       --gpu-memory-utilization 0.25 --out "$OUT/weights_sync.jsonl")
 
 if [[ $DRY == 1 ]]; then
   "$PY" - "$MODEL" <<'EOF' || exit 1
@@ -47,6 +53,8 @@ print(f"model ok: vocab {cfg.vocab_size}, hidden {cfg.hidden_size}, layers {cfg.
 EOF
   "$PY" -m pytest -q -m gpu tests/gpu --collect-only -p no:cacheprovider | grep "::" | sed 's/^/would run: /'
   "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider -rs | tail -3
+  "$PY" bench/weights_sync.py --help >/dev/null || { echo "FAIL bench/weights_sync.py does not start"; exit 1; }
+  echo "would run: ${WSYNC[*]}"
   exit 0
 fi
 
@@ -61,6 +69,8 @@ if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 els
 else
   echo "SKIP weights_collective nccl: needs two CUDA devices"
 fi
+"${WSYNC[@]}" 2>&1 | tee "$OUT/weights_sync.log" | grep -E "^(A |B |7B)" | sed 's/^/WSYNC /' \
+  || echo "FAIL weights_sync (see $OUT/weights_sync.log)"
 # The memory plan (rlvr-actor plan, docs/plan.md) for the same model on this GPU, to read beside
 # each check's measured peak below: PLAN lines per role, the learner's parts included.
 GPU_MEM=$("$PY" -c "import torch; print(f'{torch.cuda.get_device_properties(0).total_memory}B')")

@@ -4,7 +4,8 @@ One learner side (this process: a real nats-server, the real ``publish_weights``
 ``CollectiveHost``) and one replica process per transport (tests/rollout/collective_replica.py:
 the real ``WeightsWatcher`` and ``hf`` engine). For each of ``--repeats`` versions (a
 fresh random perturbation of a locally built model) it records the seconds from the
-start of the publish (after the export: every transport starts from the same folder)
+start of the publish (after the export: every transport starts from the same folder; the
+collective from its tensors in memory, read before the clock starts)
 to the replica's ``weights_loaded`` log line (same machine, same clock): announcement,
 transfer, checks and the engine's load, end to end.
 
@@ -86,7 +87,9 @@ async def _bench(transport: str, args, url: str, model: Path, versions, work: Pa
     from rlvr.learner.weights.collective import CollectiveHost
     from rlvr.learner.config import CollectiveConfig
     from rlvr.learner.weights.publish import publish_weights
+    from rlvr.learner.weights.snapshot import ExportPlan, Snapshot
     from rlvr.protocol import RunNames
+    from safetensors.torch import load_file
 
     out = work / f"replica-{transport}"
     out.mkdir()
@@ -120,9 +123,11 @@ async def _bench(transport: str, args, url: str, model: Path, versions, work: Pa
                 await _until(lambda: (out / "ready").exists(), 120, "the replica subscribed")
             for i, (directory, files) in enumerate(versions, start=1):
                 v = args.base_version + i
+                # The collective's tensors in memory, as the trainer hands them over (read untimed).
+                state = dict(sorted(load_file(directory / "model.safetensors").items())) if host else {}
                 t0 = time.time()
                 if host is not None:
-                    await host.publish(bus, directory, files, version=v, step=v, dtype="fp32", tied_embeddings=True)
+                    await host.publish(Snapshot(v, v, True, state, ExportPlan(work / f"exports-{transport}")))
                 else:
                     await publish_weights(bus, directory, files, version=v, step=v, dtype="fp32",
                                           tied_embeddings=True, transport=transport)

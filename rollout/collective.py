@@ -8,7 +8,8 @@ thread under an outer deadline as well as the store's and the group's own
 - ``join``: connect to the learner's store, take a group number, post ``join``,
   form the group (rank 1) and read the first version the learner will send.
 - ``receive``: one version: the header (its version must be the announcement's),
-  the tensors, their sha256 against the header's and the announcement's.
+  the tensors (into the engine's own block where it has one: vLLM's shared memory),
+  their sha256 against the header's and the announcement's.
 - ``leave``: after any failure; marks the group dropped so the learner stops
   sending to it. The watcher joins again later with a new group.
 - ``request_fetch``: the object-store fallback: ask the learner (through the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import Any
 
 import anyio
@@ -42,20 +44,25 @@ class CollectiveClient:
         self.first_version = math.inf  # nothing is received before a join says where it starts
         self.joins = 0
         self.received = 0
+        self.receive_s = self.digest_s = 0.0  # the last version's broadcast and its sha256 check
 
     @property
     def member(self) -> bool:
         return self.pg is not None
 
-    def _device(self) -> str:
+    @property
+    def device(self) -> str:
+        """Where tensors are received: ``rollout.collective.device``, else cuda for NCCL, cpu for gloo."""
         return self.cfg.device or ("cuda" if self.backend == "nccl" else "cpu")
 
-    def _deadline(self) -> float:
-        # The calls below each have timeout_s; a join makes three of them in a row.
+    @property
+    def join_deadline_s(self) -> float:
+        """The longest any call here takes: the calls below each have timeout_s; a join makes three
+        of them in a row."""
         return 3 * self.cfg.timeout_s + 5
 
     async def _in_thread(self, fn, *args):
-        with anyio.fail_after(self._deadline()):
+        with anyio.fail_after(self.join_deadline_s):
             return await anyio.to_thread.run_sync(functools.partial(fn, *args), abandon_on_cancel=True)
 
     def target(self, announced: str) -> tuple[str, str, int]:
@@ -71,6 +78,7 @@ class CollectiveClient:
     # --- the store ------------------------------------------------------------------
     def _connect(self, host: str, port: int) -> Any:
         if self.store is None or self.address != (host, port):
+            _listening(host, port)
             self.store = wire.open_store(host, port, master=False, timeout_s=self.cfg.timeout_s)
             self.address = (host, port)
         return self.store
@@ -91,7 +99,7 @@ class CollectiveClient:
         wire.post_event(store, wire.Event(kind="join", replica=self.replica, group=n))
         try:
             pg = wire.new_group(store, n, 1, self.backend, self.cfg.timeout_s)
-            first = wire.recv_first_version(pg, self._device(), self.cfg.timeout_s)
+            first = wire.recv_first_version(pg, self.device, self.cfg.timeout_s)
         except BaseException:
             wire.mark_dropped(store, n)
             raise
@@ -107,27 +115,32 @@ class CollectiveClient:
         wire.finish_group(pg)
 
     # --- one version ----------------------------------------------------------------
-    async def receive(self, version: int, sha256: str) -> dict[str, Any]:
-        """The tensors of ``version`` from the broadcast, checked; leaves the group on any failure."""
+    async def receive(self, version: int, sha256: str, into: Any = None) -> dict[str, Any]:
+        """The tensors of ``version`` from the broadcast, checked; leaves the group on any failure.
+        ``into``: where to receive them (an engine's ``tensor_block()``: its ``alloc`` gives the
+        tensors to fill), else new tensors."""
         try:
-            state = await self._in_thread(self._receive, version, sha256)
+            state = await self._in_thread(self._receive, version, sha256, into.alloc if into is not None else None)
         except BaseException:
             self.leave()
             raise
         self.received += 1
         return state
 
-    def _receive(self, version: int, sha256: str) -> dict[str, Any]:
+    def _receive(self, version: int, sha256: str, alloc) -> dict[str, Any]:
         if self.store is not None and wire.is_dropped(self.store, self.group):
             raise wire.CollectiveError("the learner dropped this replica from the collective")
-        header, state = wire.recv_state(self.pg, self._device(), self.cfg.timeout_s)
+        t0 = time.monotonic()
+        header, state = wire.recv_state(self.pg, self.device, self.cfg.timeout_s, alloc)
         if header.version != version:
             raise wire.CollectiveError(f"the learner sent v{header.version}, the announcement is v{version}")
+        t1 = time.monotonic()
         digest = wire.tensors_sha256(state.items())
         if digest != header.sha256 or digest != sha256:
             raise wire.CollectiveError(
                 f"tensors sha256 {digest[:12]}…, header {header.sha256[:12]}…, announced {sha256[:12]}…"
             )
+        self.receive_s, self.digest_s = t1 - t0, time.monotonic() - t1
         return state
 
     async def request_fetch(self, host: str, port: int, version: int) -> None:
@@ -137,6 +150,19 @@ class CollectiveClient:
             wire.post_event(self._connect(host, port), wire.Event(kind="fetch", replica=self.replica, version=version))
 
         await self._in_thread(post)
+
+
+def _listening(host: str, port: int) -> None:
+    """Raise ``ConnectionRefusedError`` (an ``OSError``) unless something listens at host:port: one
+    plain connect, 5 s at most. TCPStore's client retries a refused connect itself, with a backoff of
+    seconds, in C++ that nothing interrupts: a replica that joined before the learner listened waited
+    out that backoff, and could not exit meanwhile. A connect to a port of the ephemeral range with
+    nothing behind it can also meet itself (TCP's simultaneous open): that is no learner either."""
+    import socket
+
+    with socket.create_connection((host, port), timeout=5) as s:
+        if s.getsockname() == s.getpeername():
+            raise ConnectionRefusedError(f"nothing listens at {host}:{port} (the connect met itself)")
 
 
 __all__ = ["CollectiveClient"]

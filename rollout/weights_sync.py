@@ -14,7 +14,8 @@ Collective (transport ``"nccl"``, gloo or NCCL; rollout/collective.py): the
 replica joins the learner's broadcast (at start when
 ``rollout.collective.address`` is set, else on the first such announcement),
 and for each announcement it is a member for, receives the tensors (the
-version and sha256 checked against the announcement) and hands them to the
+version and sha256 checked against the announcement; into the engine's
+``tensor_block`` where it has one: vLLM's shared memory) and hands them to the
 engine's ``load_state_dict``. Whenever that cannot happen (not joined yet,
 joined after this version, the collective failed or timed out, the backend
 disagrees, ``join = false``) it logs ``weights_collective_fallback`` with the
@@ -41,6 +42,7 @@ import msgspec
 from rlvr.actors.bus import Bus
 from rlvr.actors.collective import CollectiveError
 from rlvr.actors.logs import get_logger
+from rlvr.actors.retry import FOREVER, retrying
 from rlvr.actors.tracing import tracer
 from rlvr.protocol import MessageDecodeError, MessageInvalidError, WeightFile, WeightsAnnouncement, check_message, decode
 from rlvr.rollout.collective import CollectiveClient
@@ -65,6 +67,8 @@ class WeightsWatcher:
         self.collective = CollectiveClient(cfg.collective, getattr(ctx, "replica", "") or "rollout")
         self.fallbacks = 0
         self._joining = False
+        self._join_done = anyio.Event()  # set when the join under way ends, joined or not
+        self._announced = False  # a collective announcement came: joins follow its address
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -89,6 +93,7 @@ class WeightsWatcher:
                     if ann.version <= self.actor.version:
                         continue
                     if ann.transport == "nccl":
+                        self._announced = True
                         await self.apply_collective(ann)
                     else:
                         await self.apply(ann)
@@ -104,20 +109,30 @@ class WeightsWatcher:
         c = self.collective
         if self._joining or c.member or not self.cfg.collective.join:
             return
-        self._joining = True
+        self._joining, self._join_done = True, anyio.Event()
         try:
             if announced:
                 backend, host, port = c.target(announced)
+                await c.join(backend, host, port)
             else:
                 from rlvr.actors.collective import parse_address, resolve_backend
 
                 backend = resolve_backend(self.cfg.collective.backend)
                 host, port = parse_address(self.cfg.collective.address, "rollout.collective.address")
-            await c.join(backend, host, port)
+                # At start the learner may not listen yet (it starts its engine first): wait for it,
+                # until a first announcement comes (then the next one joins where that one says).
+                def again(e: BaseException) -> bool:
+                    return isinstance(e, OSError) and not self._announced
+
+                async for attempt in retrying("collective_join", until=FOREVER, on=again, wait_initial=1.0,
+                                              wait_max=5.0, address=f"{host}:{port}"):
+                    with attempt:
+                        await c.join(backend, host, port)
         except Exception as e:  # TimeoutError, the store's DistError, CollectiveError: fall back meanwhile
             log.warning("collective_join_failed", error=_short(e), note="announcements go by the fallback until a join works")
         finally:
             self._joining = False
+            self._join_done.set()
 
     async def apply_collective(self, ann: WeightsAnnouncement) -> bool:
         """Receive ``ann``'s tensors by collective and load them, or fall back (logged, with the reason)."""
@@ -129,6 +144,11 @@ class WeightsWatcher:
             _, host, port = c.target(ann.location)
         except (CollectiveError, ValueError) as e:
             reason = str(e)
+        if not reason and self._joining and not c.member:
+            # A join under way (at start, or asked by the last announcement) decides how this version
+            # comes: by broadcast once it is in (the learner sends what it announces after the join).
+            with anyio.move_on_after(c.join_deadline_s):
+                await self._join_done.wait()
         if reason:
             pass  # the announced rendezvous itself is unusable: straight to the fallback
         elif not self.cfg.collective.join:
@@ -142,8 +162,13 @@ class WeightsWatcher:
             attributes = {"rlvr.version": ann.version, "rlvr.transport": "collective"}
             with tracer().start_as_current_span("rollout.load_weights", attributes=attributes):
                 t0 = time.monotonic()
+                # An engine with a place of its own for tensors in host memory (vLLM: shared memory
+                # its worker maps, kept by the engine) gets them received there, written once; on a
+                # GPU (NCCL) they arrive on the device and the engine takes them from there.
+                tensor_block = getattr(self.actor.engine, "tensor_block", None)
+                block = tensor_block() if tensor_block is not None and c.device == "cpu" else None
                 try:
-                    state = await c.receive(ann.version, ann.tensors_sha256)
+                    state = await c.receive(ann.version, ann.tensors_sha256, into=block)
                 except Exception as e:
                     reason = f"collective failed: {_short(e)}"
                     self._join_soon(ann.location)
@@ -217,8 +242,11 @@ class WeightsWatcher:
         span = trace.get_current_span()
         span.set_attribute("rlvr.fetch_s", t1 - t0)
         span.set_attribute("rlvr.load_s", t2 - t1)
+        # By collective, fetch_s is the broadcast (receive_s) and its sha256 check (digest_s).
+        parts = {} if state is None else {"receive_s": round(self.collective.receive_s, 3),
+                                          "digest_s": round(self.collective.digest_s, 3)}
         log.info("weights_loaded", version=ann.version, step=ann.step, transport=ann.transport if state is None else "collective",
-                 fetch_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3))
+                 fetch_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3), **parts)
         if directory is not None:
             self._prune(keep=directory)
         return True

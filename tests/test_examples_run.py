@@ -56,7 +56,18 @@ def _shrink(path: Path, model: Path) -> dict:
     engine["temperature"] = learn["sampling"]["temperature"]
     raw["verify"]["pool_size"] = 1
     raw["up"].update(verify_replicas=1, rollout_replicas=1, display="plain")
+    if learn.get("collective"):  # weights by collective: a free port, not the example's (tests run side by side)
+        address = f"127.0.0.1:{_free_port()}"
+        learn["collective"]["address"] = raw["rollout"]["collective"]["address"] = address
     return raw
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("name", CPU_EXAMPLES)

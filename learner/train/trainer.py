@@ -29,6 +29,15 @@ from rlvr.learner.train.batching import TrainBatchItem, check_item, sample_items
 from rlvr.learner.train.engine import LearnerEngine
 from rlvr.learner.engine_config import TrainEngineConfig
 from rlvr.learner.weights.publish import publish_weights
+from rlvr.learner.weights.snapshot import (
+    ExportPlan,
+    Snapshot,
+    SnapshotPool,
+    copy_model_files,
+    stale_exports,
+    take_snapshot,
+)
+from rlvr.learner.weights.state_dict import EXPORT_DTYPES
 from rlvr.learner.train.ranks import RankGroup, world_size
 from rlvr.learner.train.steps import StepAligner, group_token_advantages
 from rlvr.protocol import Scored
@@ -45,6 +54,7 @@ class Trainer:
         self.ranks: RankGroup | None = None  # only with several ranks
         self._limiter = anyio.CapacityLimiter(1)
         self._aligner: StepAligner | None = None  # loaded on the first step with process = "steps"
+        self._snapshots = SnapshotPool()  # weights_transport = "nccl": buffers of versions done with
 
     async def _call(self, fn, *args, **kwargs):
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._limiter)
@@ -131,41 +141,54 @@ class Trainer:
         self, bus: Bus, weights_root: Path, version: int, step: int, transport: str, keep_every: int = 0,
         collective: CollectiveHost | None = None,
     ) -> None:
-        """Export this version's weights and announce them; keep the last two exports,
-        and every ``keep_every``-th version when it is set. With ``transport = "nccl"``
-        the ``collective`` host announces and broadcasts them (learner/weights/collective.py)."""
+        """Publish this version's weights: the export folder and its announcement; the last two
+        exports stay, and every ``keep_every``-th version when it is set.
+
+        With ``transport = "nccl"`` the loop waits only for a copy of the weights in memory
+        (``Snapshot``): the ``collective`` host hashes, announces and broadcasts it, and writes its
+        export folder where something reads it, off the loop (learner/weights/collective.py)."""
         engine = self._engine()
-        directory = weights_root / f"v{version}"
-        files = await self.export(directory)
-        # A complete HF folder (config, tokenizer): `rlvr-actor eval --checkpoint` loads it as is.
-        # A LoRA adapter's folder stays peft's own (it applies to the base model_path).
-        for f in Path(self.cfg.model_path).iterdir() if not engine.adapter else ():
-            if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json", ".bin")):
-                shutil.copy(f, directory / f.name)
         dtype = self.cfg.export_dtype or ("bf16" if self.cfg.bf16 else "fp32")
+        plan = ExportPlan(weights_root, dtype, keep_every, None if engine.adapter else Path(self.cfg.model_path),
+                          self.cfg.export_shard_bytes)
         if transport == "nccl":
             if collective is None:
                 raise TrainerNotStartedError('weights_transport = "nccl" but no collective host runs')
-            await collective.publish(bus, directory, files, version=version, step=step, dtype=dtype,
-                                     tied_embeddings=engine.tied_embeddings)
-        else:
-            await publish_weights(
-                bus, directory, files, version=version, step=step, dtype=dtype,
-                tied_embeddings=engine.tied_embeddings, transport=transport, adapter=engine.adapter,
-            )
+            snapshot = await self._call(self._snapshot, version, step, plan)
+            await collective.publish(snapshot)
+            return
+        directory = plan.directory(version)
+        files = await self.export(directory)
+        # A LoRA adapter's folder stays peft's own (it applies to the base model_path).
+        if plan.model_dir is not None:
+            copy_model_files(plan.model_dir, directory)
+        await publish_weights(
+            bus, directory, files, version=version, step=step, dtype=dtype,
+            tied_embeddings=engine.tied_embeddings, transport=transport, adapter=engine.adapter,
+        )
         for old in stale_exports(weights_root, version, keep_every):
             shutil.rmtree(old, ignore_errors=True)
 
+    def _snapshot(self, version: int, step: int, plan: ExportPlan) -> Snapshot:
+        """This version's weights copied in memory (in the engine's thread: no step runs meanwhile).
+        Several ranks gather them by exporting (rank 0 writes the folder, then reads it back)."""
+        engine = self._engine()
+        tied = engine.tied_embeddings
+        if self.ranks is not None:
+            from safetensors.torch import load_file
 
-def stale_exports(weights_root: Path, version: int, keep_every: int = 0) -> list[Path]:
-    """The export folders ``v<N>`` to delete once ``version`` is published: all
-    before the previous version, except every ``keep_every``-th (0: none kept)."""
-    out = []
-    for old in weights_root.glob("v*"):
-        n = int(old.name[1:]) if old.name[1:].isdigit() else None
-        if n is not None and n < version - 1 and not (keep_every and n % keep_every == 0):
-            out.append(old)
-    return sorted(out)
+            directory = plan.directory(version)
+            files = self.ranks.export(directory)
+            state = {k: v for f in sorted(directory.glob("*.safetensors")) for k, v in load_file(f).items()}
+            if plan.model_dir is not None:
+                copy_model_files(plan.model_dir, directory)
+            return Snapshot(version, step, tied, dict(sorted(state.items())), plan, files=files)
+        state = engine.full_state_dict()
+        assert state is not None  # rank 0 (the only rank here) holds the whole model
+        tensors = take_snapshot(state, EXPORT_DTYPES[plan.dtype], tied=tied, pool=self._snapshots)
+        snapshot = Snapshot(version, step, tied, tensors, plan)
+        self._snapshots.watch(snapshot)
+        return snapshot
 
 
 class TrainerNotStartedError(RuntimeError):

@@ -3,28 +3,36 @@
 The wire (store keys, group per join, header then tensors) is rlvr.actors.collective.
 Decisions made here:
 
-- **Where the tensors come from.** The exported safetensors folder of the version
-  (``Trainer.publish`` exports it anyway: checkpoints, ``eval --checkpoint`` and the
-  fallback read it), loaded once into CPU memory per version and shared by every
-  replica's sender; with NCCL each tensor is moved to the device as it is sent. So
-  the collective removes the copy through NATS or a shared filesystem, not the
-  local export.
+- **Where the tensors come from.** A ``Snapshot`` (learner/weights/snapshot.py): the
+  trainer copies the policy in memory in the export dtype, and that copy is what every
+  replica's sender broadcasts; with NCCL each tensor is moved to the device as it is
+  sent. No file is written for it, nor read back.
+- **What the training loop waits for.** ``publish`` hands the snapshot to the publisher
+  task and returns: the loop waits for the copy only, and for the previous version's
+  hand-off when that one is still being hashed (one version at a time, in order). The
+  publisher hashes the snapshot (``tensors_sha256``), announces it (transport
+  ``"nccl"``, the digest, retried as any publish), then hands it to each member's
+  sender. The digest is of the private copy the senders send, never touched again, so
+  a replica's check against the announcement holds exactly as when the loop hashed it.
+- **Export folders** only where something reads them (``Snapshot.export``, off the
+  loop): ``fallback = "path"`` exports every version before its announcement (which
+  names the folder); every ``keep_weights_every``-th version is exported after it; a
+  replica's object-store fallback exports the version it gets; and when the host stops,
+  the newest version is exported (``eval --checkpoint``, the next stage). A learner
+  killed with SIGKILL leaves the newest exported one instead.
 - **Registration.** ``run`` hosts the ``TCPStore`` and pops the events queue in a
   worker thread. A ``join`` starts a thread that forms that replica's 2-rank group
   (bounded by ``timeout_s``) and, under the host's lock, records the first version
-  it will be sent (the next one published) and tells the replica.
-- **Publishing.** ``publish`` (called from the training loop) loads the tensors,
-  hashes them, announces on the bus (transport ``"nccl"``), then hands the version
-  to each member's sender thread and returns: the training loop never waits for a
-  replica. A sender broadcasts one version at a time, with one more waiting; a
+  it will be sent (the next one announced) and tells the replica.
+- **Sending.** A sender broadcasts one version at a time, with one more waiting; a
   member that still has a version waiting when the next one comes is too slow and
-  is dropped, and so is one
-  whose broadcast fails or times out (``dropped/<n>`` in the store tells it).
-  A dropped replica joins again (a new group) and gets what it missed by fallback.
+  is dropped, and so is one whose broadcast fails or times out (``dropped/<n>`` in
+  the store tells it). A dropped replica joins again (a new group) and gets what it
+  missed by fallback. The training loop never waits for a replica.
 - **Fallback.** ``fallback = "path"``: the announcement names the export folder.
-  ``fallback = "object_store"``: a replica posts ``fetch``; the learner uploads its
-  *current* version (the one it would get anyway) to the run's bucket once and
-  announces it a second time as ``object_store`` (msg id ``weights/<v>/fallback``).
+  ``fallback = "object_store"``: a replica posts ``fetch``; the learner exports and
+  uploads its *current* version (the one it would get anyway) to the run's bucket once
+  and announces it a second time as ``object_store`` (msg id ``weights/<v>/fallback``).
   Uploads and announcements share one lock, so a fallback announcement never
   lands after a newer version's.
 """
@@ -35,7 +43,6 @@ import functools
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -43,8 +50,10 @@ import anyio
 from rlvr.actors import collective as wire
 from rlvr.actors.bus import Bus
 from rlvr.actors.logs import get_logger
+from rlvr.actors.retry import retrying
 from rlvr.learner.config import CollectiveConfig
 from rlvr.learner.weights.publish import publish_weights
+from rlvr.learner.weights.snapshot import Snapshot
 
 log = get_logger("rlvr.learner.weights.collective")
 
@@ -52,17 +61,7 @@ log = get_logger("rlvr.learner.weights.collective")
 @dataclass
 class _Payload:
     header: wire.Header
-    state: dict[str, Any]
-
-
-@dataclass
-class _Published:
-    directory: Path
-    files: list[tuple[str, str, int]]
-    version: int
-    step: int
-    dtype: str
-    tied_embeddings: bool
+    snapshot: Snapshot  # held while a sender has it: its buffers are reused only once none does
 
 
 @dataclass(eq=False)
@@ -91,7 +90,11 @@ class CollectiveHost:
         self._members: dict[int, _Member] = {}
         self._announced = 0  # the last version announced; a member formed now starts after it
         self._lock = anyio.Lock()  # announcements (regular and fallback) in version order
-        self._last: _Published | None = None
+        self._last: Snapshot | None = None  # the newest version announced
+        self._newest: Snapshot | None = None  # the newest version handed over (announced or not yet)
+        # Versions from the training loop to the publisher: no buffer, so one is hashed and
+        # announced at a time and the loop waits only while the previous one is.
+        self._handoff, self._versions = anyio.create_memory_object_stream[Snapshot](0)
         self._uploaded = -1  # the version already in the object store for fallback
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -116,6 +119,7 @@ class CollectiveHost:
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
+                tg.start_soon(self._publisher, bus)
                 while True:
                     ev = await anyio.to_thread.run_sync(self._next_event, events, abandon_on_cancel=True)
                     if ev is None:
@@ -129,7 +133,21 @@ class CollectiveHost:
                 tg.cancel_scope.cancel()
         finally:
             del events
+            with anyio.CancelScope(shield=True):
+                await self._export_newest()
             self.close()
+
+    async def _export_newest(self) -> None:
+        """The newest version's export folder, so that the run leaves it (never raises: a failed
+        write costs ``eval --checkpoint`` that version, not the learner's exit code)."""
+        newest = self._newest
+        if newest is None or newest.files is not None:
+            return
+        try:
+            await anyio.to_thread.run_sync(newest.export)
+            log.info("weights_exported", version=newest.version, directory=str(newest.directory), why="last version")
+        except Exception as e:
+            log.error("weights_export_failed", version=newest.version, error=_short(e))
 
     def _next_event(self, events: Any) -> wire.Event | None:
         """``wire.next_event`` in a worker thread; ``close`` waits for it to return."""
@@ -208,7 +226,7 @@ class CollectiveHost:
             try:
                 if wire.is_dropped(self.store, m.group):
                     raise wire.CollectiveError("the replica left the group")
-                wire.send_state(m.pg, payload.header, payload.state, self.device, self.cfg.timeout_s)
+                wire.send_state(m.pg, payload.header, payload.snapshot.tensors, self.device, self.cfg.timeout_s)
             except Exception as e:
                 self._drop(m, f"broadcast of v{payload.header.version} failed: {_short(e)}")
                 return
@@ -232,38 +250,59 @@ class CollectiveHost:
             log.warning("collective_replica_dropped", replica=m.replica, group=m.group, reason=reason)
 
     # --- publishing -----------------------------------------------------------------
-    async def publish(
-        self, bus: Bus, directory: Path, files: list[tuple[str, str, int]], *,
-        version: int, step: int, dtype: str, tied_embeddings: bool,
-    ) -> None:
-        """Announce ``version`` (transport "nccl") and hand it to every member's sender."""
-        state = await anyio.to_thread.run_sync(_load_folder, directory)
-        header = await anyio.to_thread.run_sync(wire.header_for, version, state)
-        payload = _Payload(header, state)
+    async def publish(self, snapshot: Snapshot) -> None:
+        """Hand ``snapshot`` to the publisher (which hashes, announces and broadcasts it); returns
+        once the publisher has taken it, so at once unless the previous version is still being
+        hashed or announced."""
+        self._newest = snapshot
+        await self._handoff.send(snapshot)
+
+    async def _publisher(self, bus: Bus) -> None:
+        async with self._versions:
+            async for snapshot in self._versions:
+                await self._announce(bus, snapshot)
+
+    async def _announce(self, bus: Bus, snap: Snapshot) -> None:
+        """Hash ``snap``, announce it (transport "nccl"), hand it to every member's sender."""
+        t0 = time.monotonic()
+        header = await anyio.to_thread.run_sync(wire.header_for, snap.version, snap.tensors)
+        hash_s = time.monotonic() - t0
+        by_path = self.cfg.fallback == "path"
+        if by_path:  # the announcement names the folder: it exists first
+            await anyio.to_thread.run_sync(snap.export)
+        payload = _Payload(header, snap)
         async with self._lock:
             with self._mu:
-                self._announced = max(self._announced, version)
-                targets = [m for m in self._members.values() if m.first_version <= version]
-            await publish_weights(
-                bus, directory, files, version=version, step=step, dtype=dtype,
-                tied_embeddings=tied_embeddings, transport="nccl", location=self.location,
-                tensors_sha256=header.sha256,
-                fallback_path=str(directory.resolve()) if self.cfg.fallback == "path" else "",
-            )
-            self._last = _Published(directory, files, version, step, dtype, tied_embeddings)
+                self._announced = max(self._announced, snap.version)
+                targets = [m for m in self._members.values() if m.first_version <= snap.version]
+            # A full store or a leader election delays the announcement; it does not end the run.
+            async for attempt in retrying("publish_weights", until=bus.cfg.topology_wait_s, wait_initial=0.5,
+                                          version=snap.version):
+                with attempt:
+                    await publish_weights(
+                        bus, snap.directory, snap.files or [], version=snap.version, step=snap.step,
+                        dtype=snap.plan.dtype, tied_embeddings=snap.tied_embeddings, transport="nccl",
+                        location=self.location, tensors_sha256=header.sha256, nbytes=snap.nbytes,
+                        fallback_path=str(snap.directory.resolve()) if by_path else "",
+                    )
+            self._last = snap
+        log.info("weights_announced", version=snap.version, hash_s=round(hash_s, 3),
+                 announced_after_s=round(time.monotonic() - t0, 3), members=len(targets))
         for m in targets:
             with m.wake:
-                if m.closed or any(p is not None and p.header.version == version for p in (m.pending, m.inflight)):
-                    continue  # gone, or a retried publish of a version it already has in hand
+                if m.closed or any(p is not None and p.header.version == snap.version for p in (m.pending, m.inflight)):
+                    continue  # gone, or a version published again (a restart) that it already has in hand
                 behind = m.pending.header.version if m.pending is not None else None
                 if behind is None:
                     m.pending = payload
                     m.wake.notify_all()
             if behind is not None:  # one version on the wire and one waiting: too slow for this pace
-                self._drop(m, f"v{behind} still waiting to be sent when v{version} came")
+                self._drop(m, f"v{behind} still waiting to be sent when v{snap.version} came")
+        if snap.plan.kept(snap.version):
+            await anyio.to_thread.run_sync(snap.export)
 
     async def _serve_fetch(self, ev: wire.Event) -> None:
-        """A replica's fallback: the current version into the object store, once, announced."""
+        """A replica's fallback: the current version exported and put in the object store, once, announced."""
         bus = self._bus
         async with self._lock:
             last = self._last
@@ -274,8 +313,9 @@ class CollectiveHost:
             if self._uploaded == last.version:
                 return  # announced already: the replica sees it on the WEIGHTS stream
             try:
+                files = await anyio.to_thread.run_sync(last.export)
                 await publish_weights(
-                    bus, last.directory, last.files, version=last.version, step=last.step, dtype=last.dtype,
+                    bus, last.directory, files, version=last.version, step=last.step, dtype=last.plan.dtype,
                     tied_embeddings=last.tied_embeddings, transport="object_store", msg_id_suffix="/fallback",
                 )
             except Exception as e:  # the replica asks again on its next miss
@@ -284,16 +324,6 @@ class CollectiveHost:
             self._uploaded = last.version
             self.fallbacks_served += 1
         log.info("collective_fallback_published", replica=ev.replica, asked=ev.version, version=last.version)
-
-
-def _load_folder(directory: Path) -> dict[str, Any]:
-    """Every tensor of the folder's ``*.safetensors``, in name order (CPU, in memory)."""
-    from safetensors.torch import load_file
-
-    state: dict[str, Any] = {}
-    for path in sorted(Path(directory).glob("*.safetensors")):
-        state.update(load_file(path))
-    return dict(sorted(state.items()))
 
 
 def _short(e: BaseException) -> str:

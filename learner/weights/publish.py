@@ -12,9 +12,9 @@ run publishes its adapter the same way, flagged ``adapter`` in the
 announcement (adapter_model.safetensors + adapter_config.json).
 
 Collective transport (``"nccl"``, gloo or NCCL: learner/weights/collective.py): the
-announcement names the rendezvous (``location``), the tensors' sha256 and the
-exported files (with ``fallback_path`` when the fallback is a shared path); the
-tensors themselves go out by broadcast after it. ``msg_id_suffix`` lets the
+announcement names the rendezvous (``location``), the tensors' sha256 and bytes
+(``nbytes``), and the exported files only when there are some (``fallback_path``:
+the fallback is a shared path); the tensors themselves go out by broadcast after it. ``msg_id_suffix`` lets the
 learner publish a second announcement of one version (the object-store copy a
 replica asked for after its collective failed) past the duplicate window.
 """
@@ -47,6 +47,7 @@ async def publish_weights(
     tensors_sha256: str = "",
     fallback_path: str = "",
     msg_id_suffix: str = "",
+    nbytes: int | None = None,
 ) -> WeightsAnnouncement:
     if transport == "object_store":
         store = await bus.js.object_store(bus.names.weights_bucket)
@@ -72,7 +73,7 @@ async def publish_weights(
         location=location,
         files=wire_files,
         dtype=dtype,
-        bytes=sum(size for _, _, size in files),
+        bytes=sum(size for _, _, size in files) if nbytes is None else nbytes,
         created_at=time.time(),
         tied_embeddings=tied_embeddings,
         adapter=adapter,

@@ -123,6 +123,11 @@ class HFEngine:
         self._base_shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         self._model = model
 
+    @property
+    def dtype(self) -> str:
+        """The dtype the model runs in ("auto" loads float32, whatever the checkpoint's torch_dtype)."""
+        return str(self._model.dtype).removeprefix("torch.")
+
     async def generate(
         self, prompt: str | list[ChatMessage], n: int, sampling: SamplingParams
     ) -> GroupResult:

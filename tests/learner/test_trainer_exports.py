@@ -1,6 +1,6 @@
 """Which exported policy folders the learner deletes after a broadcast."""
 
-from rlvr.learner.train.trainer import stale_exports
+from rlvr.learner.weights.snapshot import stale_exports
 
 
 def _folders(root, versions):

@@ -84,3 +84,63 @@ def test_a_tied_head_received_as_one_tensor_with_the_embeddings_is_served(loop, 
     assert vllm_engine.weights_version == v
     result = loop.run(vllm_engine.generate("3+4=", 2, SamplingParams(max_tokens=8, seed=5)))
     assert reference.max_diff(weight_dirs["perturbed"], result, 1.0) <= TOL
+
+
+def test_tensors_received_in_memory_are_loaded_without_writing_a_file(loop, vllm_engine, weight_dirs, versions,
+                                                                      reference, monkeypatch):
+    """Issue 45: the in-memory path hands the tensors to vLLM's worker through shared memory; nothing in
+    the replica writes a safetensors file or a temporary folder for them."""
+    import tempfile
+
+    import safetensors.torch
+    from safetensors.torch import load_file
+
+    state = load_file(weight_dirs["perturbed"] / "model.safetensors")
+
+    def refuse(*a, **kw):
+        raise AssertionError("the in-memory reload wrote a file")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", refuse)
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    v = next(versions)
+    loop.run(vllm_engine.load_state_dict(state, v))
+    result = loop.run(vllm_engine.generate("3+4=", 2, SamplingParams(max_tokens=8, seed=5)))
+    assert reference.max_diff(weight_dirs["perturbed"], result, 1.0) <= TOL
+
+
+def test_tensors_received_into_the_engines_block_are_served_version_after_version(loop, vllm_engine, weight_dirs,
+                                                                                  versions, reference):
+    """The collective receives straight into the engine's ``tensor_block`` (shared memory its worker maps):
+    what was written there is what vLLM serves, and the next version goes into the same block."""
+    import os
+
+    from safetensors.torch import load_file
+
+    from rlvr.rollout.engines.vllm_weights import SHM_DIR
+
+    names = []
+    for which in ("perturbed", "head"):
+        state = load_file(weight_dirs[which] / "model.safetensors")
+        block = vllm_engine.tensor_block()
+        views = block.alloc([(name, t.dtype, tuple(t.shape)) for name, t in state.items()])
+        for name, t in state.items():  # what the broadcast does, tensor by tensor
+            views[name].copy_(t)
+        loop.run(vllm_engine.load_state_dict(views, next(versions)))
+        names.append(block.name)
+        assert os.path.exists(os.path.join(SHM_DIR, block.name))  # kept for the next version
+        result = loop.run(vllm_engine.generate("3+4=", 2, SamplingParams(max_tokens=8, seed=5)))
+        assert reference.max_diff(weight_dirs[which], result, 1.0) <= TOL, which
+    assert names[0] == names[1]
+
+
+def test_a_block_for_tensors_the_model_lacks_is_refused_before_anything_is_received(vllm_engine):
+    import pytest
+    import torch
+
+    from rlvr.rollout.weights import WeightsRejectedError
+
+    block = vllm_engine.tensor_block()
+    before = (block.shm.name if block.shm is not None else None, list(block.index))
+    with pytest.raises(WeightsRejectedError, match="lm_head.weight|missing"):
+        block.alloc([("model.embed_tokens.weight", torch.float32, (3, 4))])
+    assert (block.shm.name if block.shm is not None else None, list(block.index)) == before  # nothing made

@@ -10,15 +10,14 @@ every version its engine loaded so the weights can be compared bit for bit.
   learner; restarted, it gets the current version by the object-store fallback (it
   asks through the learner's store), joins again and gets the next one by broadcast;
 - a group that never forms (the replica cannot reach the rendezvous) falls back to
-  the shared path the announcement names, within the timeout.
+  the shared path the announcement names, within the timeout;
+- a replica started before the learner listens joins once it does (no version by fallback).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from rlvr.actors.config import BusConfig, NatsConfig
 from rlvr.cli.natsserver import NatsServer
 from rlvr.learner.weights.collective import CollectiveHost
 from rlvr.learner.config import CollectiveConfig
+from rlvr.learner.weights.snapshot import ExportPlan, Snapshot
 from rlvr.protocol import RunNames, WeightsAnnouncement, decode
 from tests.conftest import REPO
 
@@ -46,13 +46,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _export(src: Path, root: Path, version: int) -> tuple[Path, list[tuple[str, str, int]]]:
-    """A learner-style export folder ``v<N>`` and its (name, sha256, bytes) list."""
-    d = root / f"v{version}"
-    d.mkdir(parents=True)
-    shutil.copy(src / "model.safetensors", d / "model.safetensors")
-    data = (d / "model.safetensors").read_bytes()
-    return d, [("model.safetensors", hashlib.sha256(data).hexdigest(), len(data))]
+def _snapshot(src: Path, root: Path, version: int) -> Snapshot:
+    """The version a learner would hand over: ``src``'s tensors in memory, exported under ``root`` on demand."""
+    from safetensors.torch import load_file
+
+    state = load_file(src / "model.safetensors")
+    return Snapshot(version, version, True, dict(sorted(state.items())), ExportPlan(root / "weights"))
 
 
 class Replica:
@@ -117,10 +116,9 @@ class Learner:
         self.bus, self.host, self.root = bus, host, root
 
     async def publish(self, src: Path, version: int) -> Path:
-        directory, files = _export(src, self.root / "weights", version)
-        await self.host.publish(self.bus, directory, files, version=version, step=version, dtype="fp32",
-                                tied_embeddings=True)
-        return directory
+        """Hand ``src``'s weights over as version ``version``; the folder they came from."""
+        await self.host.publish(_snapshot(src, self.root, version))
+        return src
 
 
 def run_learner(url: str, root: Path, cfg: CollectiveConfig, scenario) -> None:
@@ -231,8 +229,9 @@ def test_a_group_that_never_forms_falls_back_to_the_path_within_the_timeout(
                       collective={"address": f"127.0.0.1:{nobody}", "timeout_s": 2})
 
     async def scenario(learner: Learner) -> None:
-        # Its join at start gives up after its timeout_s (2 s), and says so.
-        await until(lambda: replica.events("collective_join_failed"), 60, "the join given up")
+        # Its join at start finds nobody there, says so, and tries again until an announcement comes.
+        await until(lambda: [e for e in replica.events("retry") if e.get("op") == "collective_join"], 60,
+                    "the join at start refused")
         v1 = await learner.publish(weight_dirs["perturbed"], 1)
         await until(lambda: replica.proc.poll() is not None, 60, "v1 by the path fallback")
         assert replica.proc.returncode == 0, replica.log.read_text()[-3000:]
@@ -247,3 +246,37 @@ def test_a_group_that_never_forms_falls_back_to_the_path_within_the_timeout(
     assert [(e["version"], e["via"]) for e in falls] == [(1, "path")]
     assert "not in the collective" in falls[0]["reason"]
     assert [(e["version"], e["transport"]) for e in replica.events("weights_loaded")] == [(1, "path")]
+
+
+def test_a_replica_started_before_the_learner_listens_joins_when_it_does_and_takes_v1_by_broadcast(
+    server, tmp_path: Path, tiny_model: Path, weight_dirs
+):
+    async def topology() -> None:  # the run's streams, as a learner that is still starting has made them
+        bus = await Bus.connect(NatsConfig(url=server.url), BusConfig(), RunNames(RUN), "test-init")
+        try:
+            await bus.ensure_topology()
+        finally:
+            await bus.close()
+
+    anyio.run(topology)
+    port = _free_port()
+    cfg = CollectiveConfig(backend="gloo", address=f"127.0.0.1:{port}", timeout_s=10)
+    replica = Replica(tmp_path, "r-d", server.url, tiny_model, until=1,
+                      collective={"address": f"127.0.0.1:{port}", "timeout_s": 10})
+    try:
+        # Nothing listens yet: the replica says it will try again (before: its join sat in the store
+        # client's own backoff, silent, and the first versions went by the fallback).
+        anyio.run(until, lambda: [e for e in replica.events("retry") if e.get("op") == "collective_join"], 60,
+                  "the replica's join retried")
+
+        async def scenario(learner: Learner) -> None:
+            await until(lambda: learner.host.members == ["r-d"], 60, "the replica joined")
+            v1 = await learner.publish(weight_dirs["perturbed"], 1)
+            await until(lambda: replica.proc.poll() is not None, 60, "v1 loaded")
+            assert replica.proc.returncode == 0, replica.log.read_text()[-3000:]
+            _assert_bit_equal(replica.dump(1), v1)
+
+        run_learner(server.url, tmp_path, cfg, scenario)
+    finally:
+        replica.kill()
+    assert [(e["version"], e["transport"]) for e in replica.events("weights_loaded")] == [(1, "collective")]
