@@ -1,10 +1,13 @@
 """Autoscaling a burst of slow verifications: fixed 1 replica, fixed N, and autoscaled 1..N.
 
-    OMP_NUM_THREADS=1 python bench/autoscale_burst.py [--samples 160] [--program-s 1.5] [--max 4]
+    OMP_NUM_THREADS=1 python bench/autoscale_burst.py [--samples 160] [--group-size 1] [--program-s 1.5] [--max 4]
         [--setups fixed-1,fixed-N,auto,auto-kill,auto-interrupt] [--out bench/results/autoscale_burst.jsonl]
 
 A real nats-server; the benchmark is the learner (it creates the topology) and
-the rollout (it publishes the burst of Samples to ROLLOUTS at once). The
+the rollout (it publishes the burst of Samples to ROLLOUTS at once, in group
+messages of ``--group-size`` as a rollout publishes a task's group:
+protocol/groups.py; 1 by default, as the figures in bench/results were
+measured, so a message is a sample there). The
 verifier replicas are real ``rlvr-actor --role verify`` processes, started by
 the same ``Fleet`` the autoscaler uses. Each sample is a code task: a program
 that waits ``--program-s`` seconds and then answers one stdin test, run by the
@@ -24,15 +27,17 @@ Setups (each on a fresh run id):
 
 Reported per setup: seconds from the first publish to the first replica the
 scaler adds; the peak backlog (pending + ack pending of the ``verify``
-durable, polled every 0.25 s); seconds to drain the burst (every sample's
-Scored message stored); replica-seconds used until then (sum over time of
+durable, polled every 0.25 s: group messages, as the autoscaler counts it);
+seconds to drain the burst (every sample's ScoredGroup stored); replica-seconds
+used until then (sum over time of
 replica processes running); seconds from the drain to being back at the
 minimum; replica-seconds over the first ``--window`` seconds from the burst
 (the burst and the quiet after it: what a fixed fleet pays for being sized for
 the peak); and, against every sample published, how many were stored on SCORED
-(must be each exactly once: ``lost`` and ``stored_twice`` 0) and how many
-were published twice (a redelivered sample scored again; the server's
-duplicate window stores it once). One JSON line per setup to ``--out``.
+(must be each exactly once: ``lost`` and ``stored_twice`` 0, the latter counted
+in group messages) and how many were published twice (a redelivered group
+scored again; the server's duplicate window stores it once). One JSON line per
+setup to ``--out``.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ from rlvr.cli.autoscale.policy import AutoscaleConfig
 from rlvr.cli.autoscale.scaler import Autoscaler
 from rlvr.cli.children import spawn_role
 from rlvr.cli.natsserver import NatsServer
-from rlvr.protocol import Completion, Heartbeat, RunNames, Sample, SamplingParams, Scored, VerifierSpec, decode
+from rlvr.protocol import (Completion, Heartbeat, RunNames, Sample, SampleGroup, SamplingParams, ScoredGroup,
+                           VerifierSpec, decode)
 
 ACK_WAIT_S = 6.0
 
@@ -64,14 +70,25 @@ def program(wait_s: float) -> str:
     return f"```python\nimport time\ntime.sleep({wait_s})\nprint(int(input()) * 2)\n```"
 
 
-def sample(run: str, i: int, text: str) -> Sample:
+def sample(run: str, i: int, text: str, group_size: int) -> Sample:
+    k = i // group_size  # the task: each member its own test, so every sample is distinct work
     return Sample(
-        run=run, task_id=f"b{i}", sample_index=0, group_id=f"b{i}", group_size=1, prompt_ids=[1, 2, 3],
+        run=run, task_id=f"b{k}", sample_index=i % group_size, group_id=f"b{k}", group_size=group_size,
+        prompt_ids=[1, 2, 3],
         completion=Completion(ids=list(range(20)), logprobs=[-0.1] * 20), text=text, finish_reason="stop",
         policy_version=0, policy_version_max=0,
         verifier=VerifierSpec(name="code", params={"tests": [{"input": f"{i}\n", "output": f"{2 * i}\n"}]}),
         sampling=SamplingParams(), replica="bench",
     )
+
+
+def groups_of(run: str, first: int, count: int, text: str, group_size: int) -> list[SampleGroup]:
+    """``count`` group messages of ``group_size`` samples, numbered from sample ``first``."""
+    out = []
+    for k in range(count):
+        members = [sample(run, first + k * group_size + i, text, group_size) for i in range(group_size)]
+        out.append(SampleGroup(run, members[0].task_id, members))
+    return out
 
 
 def write_config(path: Path, run: str, url: str, wall_s: float) -> None:
@@ -87,7 +104,7 @@ def write_config(path: Path, run: str, url: str, wall_s: float) -> None:
 
 
 class Watch:
-    """Scored arrivals (a core subscription sees every publish, duplicates included) and heartbeats."""
+    """Scored samples' arrivals (a core subscription sees every publish, duplicates included) and heartbeats."""
 
     def __init__(self) -> None:
         self.published: dict[str, int] = {}
@@ -95,9 +112,9 @@ class Watch:
         self.warm: set[str] = set()
 
     async def on_scored(self, msg) -> None:
-        s = decode(msg.data, Scored)
-        self.published[s.sample_id] = self.published.get(s.sample_id, 0) + 1
-        self.first_at.setdefault(s.sample_id, time.monotonic())
+        for s in decode(msg.data, ScoredGroup).items():
+            self.published[s.sample_id] = self.published.get(s.sample_id, 0) + 1
+            self.first_at.setdefault(s.sample_id, time.monotonic())
 
     async def on_status(self, msg) -> None:
         hb = decode(msg.data, Heartbeat)
@@ -156,13 +173,15 @@ async def run_setup(url: str, workdir: Path, setup: str, args) -> dict:
             inner = fleet.on_event
             fleet.on_event = lambda k, r, d: (inner(k, r, d), on_event(k, r, d))
             scaler.start()
-        samples = [sample(run, i, program(args.program_s)) for i in range(args.samples)]
+        gs = args.group_size
+        groups = groups_of(run, 0, args.samples // gs, program(args.program_s), gs)
+        samples = [s for g in groups for s in g.samples]
         marks["burst"] = time.monotonic()
-        for k in range(0, len(samples), 50):
-            await bus.publish_many(names.rollouts, [(s, s.sample_id) for s in samples[k:k + 50]])
-        trickle = [sample(run, args.samples + i, program(args.program_s)) for i in range(args.trickle)] \
+        for k in range(0, len(groups), 50):
+            await bus.publish_many(names.rollouts, [(g, g.msg_id) for g in groups[k:k + 50]])
+        trickle = groups_of(run, args.samples, args.trickle, program(args.program_s), gs) \
             if setup == "auto-interrupt" else []
-        expected = {s.sample_id for s in samples + trickle}
+        expected = {s.sample_id for s in samples} | {s.sample_id for g in trickle for s in g.samples}
         peak, timeline = 0, [(marks["burst"], len(fleet.running()))]  # (time, replica processes running)
         stream = names.stream("ROLLOUTS")
         trickled = 0
@@ -176,8 +195,8 @@ async def run_setup(url: str, workdir: Path, setup: str, args) -> dict:
                 if "drained" not in marks and all(s.sample_id in watch.published for s in samples):
                     marks["drained"] = max(watch.first_at[s.sample_id] for s in samples)
                 if "drained" in marks and trickled < len(trickle) and now - marks.get("trickle_at", 0) > args.trickle_every:
-                    s = trickle[trickled]
-                    await bus.publish(names.rollouts, s, msg_id=s.sample_id)
+                    g = trickle[trickled]
+                    await bus.publish(names.rollouts, g, msg_id=g.msg_id)
                     trickled, marks["trickle_at"] = trickled + 1, now
                 all_in = expected <= set(watch.published) and trickled == len(trickle)
                 at_min = fixed is not None or (len(fleet.serving) == auto.min_replicas and not fleet.draining)
@@ -207,7 +226,8 @@ async def run_setup(url: str, workdir: Path, setup: str, args) -> dict:
     burst = marks["burst"]
     twice = sum(1 for sid in expected if watch.published.get(sid, 0) > 1)
     return {
-        "setup": setup, "samples": args.samples, "trickle": len(trickle), "program_s": args.program_s,
+        "setup": setup, "samples": args.samples, "group_size": args.group_size, "trickle": len(trickle),
+        "program_s": args.program_s,
         "max_replicas": args.max, "cpus": os.cpu_count(),
         "first_replica_added_s": round(marks["first_added"] - burst, 2) if "first_added" in marks else None,
         "peak_backlog": peak,
@@ -215,8 +235,8 @@ async def run_setup(url: str, workdir: Path, setup: str, args) -> dict:
         "replica_s": round(replica_s, 1),
         "window_s": args.window, "window_replica_s": round(window_replica_s, 1),
         "back_to_min_s": round(marks["at_min"] - marks["drained"], 1) if fixed is None else None,
-        "stored": stored, "expected": len(expected),
-        "lost": len(expected - set(watch.published)), "stored_twice": max(0, stored - len(expected)),
+        "stored": stored, "expected_messages": len(groups) + len(trickle), "expected": len(expected),
+        "lost": len(expected - set(watch.published)), "stored_twice": max(0, stored - len(groups) - len(trickle)),
         "published_twice": twice,
         "replicas_started": fleet.counts["started"], "replicas_replaced": fleet.counts["replaced"],
         "killed_at_s": round(marks["killed"] - burst, 2) if "killed" in marks else None,
@@ -228,18 +248,21 @@ async def run_setup(url: str, workdir: Path, setup: str, args) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=160)
+    ap.add_argument("--group-size", type=int, default=1, help="samples per group message (divides --samples)")
     ap.add_argument("--program-s", type=float, default=1.5)
     ap.add_argument("--max", type=int, default=4)
-    ap.add_argument("--target", type=int, default=8, help="autoscale.target_backlog_per_replica")
+    ap.add_argument("--target", type=int, default=8, help="autoscale.target_backlog_per_replica (group messages)")
     ap.add_argument("--cooldown", type=float, default=3.0, help="autoscale.scale_up_cooldown_s")
     ap.add_argument("--stabilization", type=float, default=8.0, help="autoscale.scale_down_stabilization_s")
-    ap.add_argument("--trickle", type=int, default=12, help="auto-interrupt: samples sent while draining")
+    ap.add_argument("--trickle", type=int, default=12, help="auto-interrupt: group messages sent while draining")
     ap.add_argument("--trickle-every", type=float, default=1.0)
     ap.add_argument("--window", type=float, default=150.0,
                     help="seconds from the burst over which replica-seconds are also counted (the burst and the quiet after it)")
     ap.add_argument("--setups", default="fixed-1,fixed-N,auto,auto-kill,auto-interrupt")
     ap.add_argument("--out", default="bench/results/autoscale_burst.jsonl")
     args = ap.parse_args()
+    if args.group_size < 1 or args.samples % args.group_size:
+        ap.error(f"--group-size must divide --samples ({args.samples}), got {args.group_size}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlvr-burst-") as tmp, NatsServer(Path(tmp) / "nats") as srv:
         for setup in args.setups.split(","):
@@ -249,7 +272,8 @@ def main() -> int:
                 f.write(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), **row}) + "\n")
             print(f"{setup:<15} first added {row['first_replica_added_s']}s  peak backlog {row['peak_backlog']}  "
                   f"drain {row['drain_s']}s  replica-s {row['replica_s']} (over {row['window_s']:.0f}s: {row['window_replica_s']})  back to min {row['back_to_min_s']}s  "
-                  f"stored {row['stored']}/{row['expected']}  lost {row['lost']}  stored twice {row['stored_twice']}  "
+                  f"stored {row['stored']}/{row['expected_messages']} messages ({row['expected']} samples)  "
+                  f"lost {row['lost']}  stored twice {row['stored_twice']}  "
                   f"re-scored {row['published_twice']}", flush=True)
     bad = [r["setup"] for r in rows if r["lost"] or r["stored_twice"]]
     if bad:

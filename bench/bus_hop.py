@@ -1,4 +1,4 @@
-"""The verify hop against a raw nats-py relay: messages/s and CPU per message, side by side (issue 14).
+"""The verify hop against a raw nats-py relay: samples/s and CPU per sample, side by side (issue 14).
 
     python bench/bus_hop.py                                # both sizes, 1 worker, tracing as `up`: 3000 samples x 3
     python bench/bus_hop.py --samples 500 --repeats 1      # quick: about a minute
@@ -23,9 +23,11 @@ log-probs) every path gets a warm-up batch, then ``--repeats`` rounds; each
 round visits every path (the relay and each ``--workers`` x ``--tracing``
 configuration) one after the other, starting with the next one each round and
 going backwards every other round, so that load from elsewhere on the machine
-hits all alike. A visit publishes ``--samples`` Samples (pre-encoded, unique ids, core publishes to
-the rollouts subject, which the ROLLOUTS stream stores) and times from the
-first publish until SCORED holds every Scored (polling its stream info); CPU
+hits all alike. A visit publishes ``--samples`` Samples in group messages of
+``bus_common.GROUP`` (``SampleGroup``, as a rollout publishes a task's group:
+protocol/groups.py; pre-encoded, unique ids, core publishes to the rollouts
+subject, which the ROLLOUTS stream stores) and times from the first publish
+until SCORED holds every group's ``ScoredGroup`` (polling its stream info); CPU
 is read from /proc for the path's process tree (role + pool workers, or the
 relay) and for nats-server, from before the first publish until every input
 is acked. This process (the publisher) is reported apart.
@@ -41,8 +43,11 @@ the OpenTelemetry API hands out its no-op tracer: no span is even created
 (what an unsampled message could cost at best). The relay never traces.
 ``--profile DIR`` runs each role and the relay under cProfile (main thread only).
 
-Prints a Markdown table (medians over repeats) and appends one JSON line per
-configuration and size to ``bench/results/bus_hop.jsonl``. Linux only (/proc).
+Rates and CPU are per sample (a message carries ``GROUP`` of them). Prints a
+Markdown table (medians over repeats) and appends one JSON line per
+configuration and size to ``bench/results/bus_hop.jsonl`` (lines before the
+group messages have per-message keys, ``msg_s`` and ``*_per_msg``, each message
+one sample). Linux only (/proc).
 Not here: the learner or rollout consume paths.
 """
 
@@ -65,11 +70,11 @@ from pathlib import Path
 
 import anyio
 
-from bus_common import SIZES, relay, samples, tree_cpu_s  # bench/ is sys.path[0]
+from bus_common import GROUP, SIZES, groups, relay, tree_cpu_s  # bench/ is sys.path[0]
 from rlvr.actors.bus import Bus
 from rlvr.actors.config import BusConfig, ConfigError, NatsConfig, ObservabilityConfig
 from rlvr.cli.natsserver import NatsServer
-from rlvr.protocol import Heartbeat, RunNames, Scored, decode
+from rlvr.protocol import Heartbeat, RunNames, ScoredGroup, decode
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bus_hop.jsonl"
@@ -155,10 +160,11 @@ async def wait_warm(bus: Bus, workers: int, proc: subprocess.Popen, log: Path) -
 
 
 async def one_round(bus: Bus, tag: str, n: int, size: str, ratio: float, pids: list[int], server_pid: int) -> dict:
-    """Publish ``n`` samples to ``bus``'s run and time them into SCORED; CPU by process group."""
+    """Publish ``n`` samples (in group messages) to ``bus``'s run and time them into SCORED; CPU by process group."""
     names = bus.names
     run = names.run
-    payloads = samples(run, tag, n, size, ratio, seed=zlib.crc32(tag.encode()))
+    payloads = groups(run, tag, n, size, ratio, seed=zlib.crc32(tag.encode()))
+    messages = len(payloads)
     scored_stream = names.stream("SCORED")
 
     async def stored() -> int:
@@ -171,7 +177,7 @@ async def one_round(bus: Bus, tag: str, n: int, size: str, ratio: float, pids: l
         await bus.nc.publish(names.rollouts, data, headers=headers)
     await bus.nc.flush()
     published = time.perf_counter() - started
-    await wait_for(lambda: _ge(stored(), base + n), f"{run}: {n} Scored stored", 600)
+    await wait_for(lambda: _ge(stored(), base + messages), f"{run}: {messages} ScoredGroups stored", 600)
     seconds = time.perf_counter() - started
 
     async def settled() -> bool:
@@ -180,12 +186,14 @@ async def one_round(bus: Bus, tag: str, n: int, size: str, ratio: float, pids: l
 
     await wait_for(settled, f"{run}: inputs acked", 60, every_s=0.05)
     cpu, srv, me = tree_cpu_s(pids) - cpu0, tree_cpu_s([server_pid]) - srv0, time.process_time() - me0
-    last = decode((await bus.js.get_last_msg(scored_stream, names.scored)).data, Scored)
-    if not last.sample_id.startswith(tag) or last.verdict.outcome != "ok":
-        raise RuntimeError(f"{run}: the last Scored is {last.sample_id} with outcome {last.verdict.outcome}")
-    return {"msg_s": n / seconds, "seconds": round(seconds, 3), "publish_s": round(published, 3),
-            "cpu_ms_per_msg": 1e3 * (cpu + srv) / n, "path_cpu_ms_per_msg": 1e3 * cpu / n,
-            "server_cpu_ms_per_msg": 1e3 * srv / n, "publisher_cpu_ms_per_msg": 1e3 * me / n}
+    last = decode((await bus.js.get_last_msg(scored_stream, names.scored)).data, ScoredGroup)
+    outcomes = {v.outcome for v in last.verdicts}
+    if not last.task_id.startswith(tag) or outcomes != {"ok"}:
+        raise RuntimeError(f"{run}: the last ScoredGroup is {last.task_id} with outcomes {sorted(outcomes)}")
+    return {"samples_s": n / seconds, "messages": messages, "seconds": round(seconds, 3),
+            "publish_s": round(published, 3), "cpu_ms_per_sample": 1e3 * (cpu + srv) / n,
+            "path_cpu_ms_per_sample": 1e3 * cpu / n, "server_cpu_ms_per_sample": 1e3 * srv / n,
+            "publisher_cpu_ms_per_sample": 1e3 * me / n}
 
 
 async def _ge(value, target: int) -> bool:
@@ -234,8 +242,8 @@ async def bench(args: argparse.Namespace, srv: NatsServer, tmp: Path) -> list[di
                     res = await one_round(buses[run], f"{size}-r{r}", args.samples, size, share[run],
                                           [procs[run].pid], srv.proc.pid)
                     rounds[run].append(res)
-                    print(f"  {size:9} round {r} {run:16}: {res['msg_s']:7.0f} msg/s, "
-                          f"{res['cpu_ms_per_msg']:.3f} CPU ms/msg", flush=True)
+                    print(f"  {size:9} round {r} {run:16}: {res['samples_s']:7.0f} samples/s, "
+                          f"{res['cpu_ms_per_sample']:.3f} CPU ms/sample", flush=True)
             for run, (workers, tracing) in zip(runs[1:], confs, strict=True):
                 out.append(summary(workers, tracing, size, rounds[run], rounds[RUN_B]))
         for run in runs[1:]:
@@ -243,7 +251,7 @@ async def bench(args: argparse.Namespace, srv: NatsServer, tmp: Path) -> list[di
         handled = (args.warmup + args.samples * args.repeats) * len(args.sizes)
         for row in out:
             traces = sum(f.stat().st_size for f in (tmp / f"w{row['workers']}-{row['tracing']}").rglob("*.jsonl"))
-            row["trace_bytes_per_msg"] = round(traces / handled, 1)
+            row["trace_bytes_per_sample"] = round(traces / handled, 1)
     finally:
         for proc in procs.values():
             stop(proc)
@@ -262,28 +270,29 @@ def summary(workers: int, tracing: str, size: str, project: list[dict], relayed:
     def med(run: str, key: str) -> float:
         return statistics.median(r[key] for r in rounds[run])
 
-    a, b = med(RUN_A, "msg_s"), med(RUN_B, "msg_s")
+    a, b = med(RUN_A, "samples_s"), med(RUN_B, "samples_s")
     return {
         "size": size, "workers": workers, "tracing": tracing,
-        "project_msg_s": round(a, 1), "relay_msg_s": round(b, 1), "ratio": round(a / b, 3),
+        "project_samples_s": round(a, 1), "relay_samples_s": round(b, 1), "ratio": round(a / b, 3),
         "ratio_paired_median": round(statistics.median(
-            x["msg_s"] / y["msg_s"] for x, y in zip(rounds[RUN_A], rounds[RUN_B], strict=True)), 3),
+            x["samples_s"] / y["samples_s"] for x, y in zip(rounds[RUN_A], rounds[RUN_B], strict=True)), 3),
         **{f"{who}_{key}": round(med(run, key), 3) for who, run in (("project", RUN_A), ("relay", RUN_B))
-           for key in ("cpu_ms_per_msg", "path_cpu_ms_per_msg", "server_cpu_ms_per_msg", "publisher_cpu_ms_per_msg")},
+           for key in ("cpu_ms_per_sample", "path_cpu_ms_per_sample", "server_cpu_ms_per_sample",
+                       "publisher_cpu_ms_per_sample")},
         "rounds": {"project": rounds[RUN_A], "relay": rounds[RUN_B]},
     }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| size | workers | tracing | relay msg/s | project msg/s | ratio | relay CPU ms/msg | "
-             "project CPU ms/msg (role+pool / nats-server) | trace B/msg |",
+    lines = ["| size | workers | tracing | relay samples/s | project samples/s | ratio | relay CPU ms/sample | "
+             "project CPU ms/sample (role+pool / nats-server) | trace B/sample |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(
-            f"| {r['size']} | {r['workers']} | {r['tracing']} | {r['relay_msg_s']:,.0f} | {r['project_msg_s']:,.0f} | "
-            f"**{r['ratio']:.2f}x** | {r['relay_cpu_ms_per_msg']:.2f} | {r['project_cpu_ms_per_msg']:.2f} "
-            f"({r['project_path_cpu_ms_per_msg']:.2f} / {r['project_server_cpu_ms_per_msg']:.2f}) | "
-            f"{r.get('trace_bytes_per_msg', 0):,.0f} |")
+            f"| {r['size']} | {r['workers']} | {r['tracing']} | {r['relay_samples_s']:,.0f} | "
+            f"{r['project_samples_s']:,.0f} | **{r['ratio']:.2f}x** | {r['relay_cpu_ms_per_sample']:.2f} | "
+            f"{r['project_cpu_ms_per_sample']:.2f} ({r['project_path_cpu_ms_per_sample']:.2f} / "
+            f"{r['project_server_cpu_ms_per_sample']:.2f}) | {r.get('trace_bytes_per_sample', 0):,.0f} |")
     return "\n".join(lines)
 
 
@@ -314,7 +323,7 @@ def main() -> int:
         asyncio.run(relay(sys.argv[2], sys.argv[3], WINDOW))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--samples", type=int, default=3000, help="samples per round")
+    ap.add_argument("--samples", type=int, default=3000, help=f"samples per round, in groups of {GROUP}")
     ap.add_argument("--repeats", type=int, default=3, help="rounds per path, alternating which goes first")
     ap.add_argument("--warmup", type=int, default=200, help="samples per path before the rounds")
     ap.add_argument("--sizes", type=_csv(str, SIZES), default=list(SIZES))
@@ -352,7 +361,7 @@ def main() -> int:
             "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
             "dirty": [line[3:] for line in dirty], "label": args.label,
             "command": "python bench/bus_hop.py " + shlex.join(sys.argv[1:]), "samples": args.samples,
-            "repeats": args.repeats, "window": WINDOW}
+            "repeats": args.repeats, "window": WINDOW, "group_size": GROUP}
     if not args.no_record:
         with open(args.results, "a") as f:
             for row in rows:

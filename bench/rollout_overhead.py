@@ -6,7 +6,8 @@ One run, same prompts, group size, sampling and concurrency on both paths:
 - **bus**: an embedded nats-server and one ``rlvr-actor --role rollout``
   process with the same engine config (``max_inflight_tasks`` = concurrency);
   this process publishes the Tasks to ``rlvr.<run>.tasks`` and counts the
-  Samples landing on ``rlvr.<run>.rollouts`` (the ROLLOUTS stream's subject).
+  Samples landing on ``rlvr.<run>.rollouts`` (the ROLLOUTS stream's subject),
+  one ``SampleGroup`` message per task (protocol/groups.py).
   The clock runs from the first task published to the last sample received.
 
 Both engines stay up for the whole run and are warmed up first; the paths
@@ -43,7 +44,7 @@ import msgspec  # noqa: E402
 
 from engine_direct import _config, arithmetic_prompts, measure_direct  # noqa: E402 (bench/ is sys.path[0])
 from rlvr.cli.natsserver import NatsServer  # noqa: E402
-from rlvr.protocol import Heartbeat, RunNames, Sample, SamplingParams, Task, VerifierSpec, decode, encode  # noqa: E402
+from rlvr.protocol import Heartbeat, RunNames, SampleGroup, SamplingParams, Task, VerifierSpec, decode, encode  # noqa: E402
 from rlvr.rollout.engines import make_engine  # noqa: E402
 
 RUN = "bench"
@@ -97,7 +98,6 @@ async def measure_bus(nc, tasks: list[Task], timeout_s: float) -> BusResult:
     names = RunNames(RUN)
     js = nc.jetstream(timeout=30)
     wanted = {t.task_id for t in tasks}
-    expected = sum(t.n for t in tasks)
     sub = await nc.subscribe(names.rollouts)
     samples = tokens = 0
     try:
@@ -107,11 +107,12 @@ async def measure_bus(nc, tasks: list[Task], timeout_s: float) -> BusResult:
         ))
         with anyio.fail_after(timeout_s):
             async for msg in sub.messages:
-                s = decode(msg.data, Sample)
-                if s.task_id in wanted:
-                    samples += 1
-                    tokens += len(s.completion.ids)
-                    if samples == expected:
+                g = decode(msg.data, SampleGroup)
+                if g.task_id in wanted:  # each task's group once (a core subscription sees a republish too)
+                    wanted.discard(g.task_id)
+                    samples += len(g.samples)
+                    tokens += sum(len(s.completion.ids) for s in g.samples)
+                    if not wanted:
                         break
         seconds = time.perf_counter() - start
     finally:

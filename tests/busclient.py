@@ -14,6 +14,7 @@ import nats
 
 from rlvr.protocol import RunNames, Sample, SampleGroup, Scored, ScoredGroup, decode, encode
 from rlvr.protocol.codec import Message
+from rlvr.protocol.groups import scored_group_msg_id
 
 T = TypeVar("T")
 
@@ -40,6 +41,11 @@ class BusClient:
             await js.publish(subject, data, headers=hdrs or None)
 
         anyio.run(self._with_js, go)
+
+    def publish_scored(self, groups: list[ScoredGroup]) -> None:
+        """Each group to SCORED under the id a verifier gives it (``scored_group_msg_id``), in order."""
+        for g in groups:
+            self.publish(self.names.scored, g, msg_id=scored_group_msg_id(g))
 
     def stream_messages(self, kind: str) -> list[tuple[int, bytes, dict[str, str]]]:
         """Every message currently stored in the run's stream ``kind``."""

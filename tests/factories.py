@@ -46,3 +46,13 @@ def make_scored_group(run: str = "t", k: int = 0, rewards: list[float] | None = 
     samples = [make_sample(run, k, i, n=n, version=version) for i in range(n)]
     verdicts = [Verdict(r, outcome, "exact", {"accuracy": r}) for r in rewards]  # type: ignore[arg-type]
     return ScoredGroup(run, f"{run}-t{k}", samples, verdicts, replica)
+
+
+def scored_messages(scored: list[Scored]) -> list[ScoredGroup]:
+    """``scored`` as SCORED carries it: one ScoredGroup per task, in the order the tasks first come,
+    each task's members in the order given (a test that wants them out of order says so)."""
+    by_task: dict[str, list[Scored]] = {}
+    for sc in scored:
+        by_task.setdefault(sc.sample.task_id, []).append(sc)
+    return [ScoredGroup(m[0].sample.run, task_id, [sc.sample for sc in m], [sc.verdict for sc in m], m[0].replica)
+            for task_id, m in by_task.items()]

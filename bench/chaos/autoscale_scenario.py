@@ -9,9 +9,10 @@ replicas (``verify-N``, logs in ``<root>/fleet``) on the ``verify`` durable's ba
 The lever on the backlog is the verifier itself: the dataset is scored by
 ``tests.verifier_fixtures:paced``, which costs 0.2 s a sample while the file ``<root>/slow``
 exists and nothing otherwise. With the flag, one replica (one pool worker) verifies 5 samples/s
-and the backlog fills the feeder's window (16 samples), which is 4x ``target_backlog_per_replica``:
-the scaler goes up to 3 within seconds. Without it the backlog is a few samples and it drains back
-to 1 after ``scale_down_stabilization_s``.
+and the backlog fills the feeder's window (4 tasks: 4 group messages of 4 samples, protocol/groups.py;
+the backlog counts messages), which is 4x ``target_backlog_per_replica``: the scaler goes up to 3
+within seconds. Without it the backlog is empty or one group and it drains back to 1 after
+``scale_down_stabilization_s``.
 
 The runner's checks apply unchanged (custody: 0 lost, 0 trained twice; progress; no hung role):
 the scaler is a role of ``Scenario.verifiers`` (its own heartbeat, ``autoscale-verify``), restarted
@@ -38,7 +39,7 @@ from bench.chaos.skeleton import REPO, Role
 
 SCALER = "autoscale-verify"  # the scaler's heartbeat replica name, and its Role in the skeleton
 PACED = "tests.verifier_fixtures:paced"
-AUTOSCALE = {"min_replicas": 1, "max_replicas": 3, "target_backlog_per_replica": 4, "tolerance": 0.1,
+AUTOSCALE = {"min_replicas": 1, "max_replicas": 3, "target_backlog_per_replica": 1, "tolerance": 0.1,
              "scale_up_cooldown_s": 2.0, "scale_down_stabilization_s": 3.0, "interval_s": 0.5,
              "startup_grace_s": 20.0, "dead_after_s": 8.0}
 

@@ -11,7 +11,8 @@ files, and the runner must not change what it observes.
 
 Against that it holds every train sample id the verifiers published on
 SCORED (read incrementally by ``observe.Observer``, so retention cannot hide
-one):
+one; one message per task's group, each member checked as a sample under its
+message's stream seq):
 
 - trained or dropped at most once over all committed entries (``twice``);
 - at the end, every published id trained or dropped exactly once; mid-run an
@@ -123,7 +124,7 @@ class Check(msgspec.Struct):
 
 def check_custody(out_dir: Path, scored: dict, *, final: bool, exclude: set[str] = frozenset(),
                   retention_purged: set[str] = frozenset()) -> Check:
-    """Compare the committed ledger with every published train sample (``scored``: seq -> ScoredCopy)."""
+    """Compare the committed ledger with every published train sample (``scored``: (seq, member) -> ScoredCopy)."""
     committed = read_committed(out_dir)
     chk = Check(final=final)
     listed: Counter[str] = Counter()
@@ -220,7 +221,8 @@ def check_streams(obs, *, dead_expected: dict[str, str], dead_sizes: set[int]) -
         if not d.reason:
             violations.append(f"a dead letter from {d.stage} has no reason")
         mid = d.headers.get("Nats-Msg-Id", "")
-        # A Scored's id ends ``.<verdict digest>`` (``scored_msg_id``): matched on what precedes it, as poison.inject does.
+        # A ScoredGroup's id ends ``.<verdicts digest>`` (``scored_group_msg_id``): matched on what precedes it, as
+        # poison.inject does.
         if mid in dead_expected or mid.rpartition(".")[0] in dead_expected or (not mid and d.size in dead_sizes):
             continue
         unexpected.append(f"{d.stage}:{d.kind}:{mid or d.subject}:{d.reason[:120]}")

@@ -4,7 +4,9 @@
 a server SIGKILL) on an asyncio loop in a background thread. It records the
 last heartbeat of every replica, and reads streams without taking part: an
 ephemeral consumer with no acks for SCORED and DEAD (never the actors'
-durables), ``consumer_info`` for pending counts. Every call has a deadline
+durables), ``consumer_info`` for pending counts. SCORED carries one message
+per task's group (protocol/groups.py); the observer keeps one ``ScoredCopy``
+per member, under its message's stream seq, so the invariants stay per sample. Every call has a deadline
 and returns ``None`` (or raises ``ObserverError``) rather than hang. A
 transient bus fault (``is_transient_bus_fault``: a 503 while a cluster elects
 a leader, a timeout while a server restarts) is retried, with the roles' own
@@ -26,7 +28,7 @@ import nats
 from nats.js import api
 
 from rlvr.actors.retry import call_retrying
-from rlvr.protocol import DeadLetter, Heartbeat, RunNames, Scored, decode
+from rlvr.protocol import DeadLetter, Heartbeat, RunNames, Scored, ScoredGroup, decode
 
 
 TRANSIENT_RETRY_S = 60.0  # how long a call rides out transient bus faults before ObserverError
@@ -37,6 +39,8 @@ class ObserverError(RuntimeError):
 
 
 class ScoredCopy:
+    """One sample of a SCORED message: ``seq`` is its group message's stream seq."""
+
     __slots__ = ("seq", "sample_id", "group_id", "group_size", "purpose", "task_id")
 
     def __init__(self, seq: int, sc: Scored) -> None:
@@ -49,7 +53,8 @@ class Observer:
     def __init__(self, urls: str, run: str) -> None:
         self.urls, self.names = urls, RunNames(run)
         self.heartbeats: dict[str, tuple[float, Heartbeat]] = {}  # replica -> (monotonic arrival, heartbeat)
-        self.scored: dict[int, ScoredCopy] = {}  # stream seq -> copy, every SCORED message ever read
+        # (stream seq, member index) -> one sample's copy, every member of every SCORED message ever read
+        self.scored: dict[tuple[int, int], ScoredCopy] = {}
         self.scored_undecodable: list[int] = []
         self._scored_next = 1
         self._scored_lock = threading.Lock()
@@ -153,7 +158,7 @@ class Observer:
 
         return self.call(go, timeout_s=60)
 
-    def read_scored(self) -> dict[int, ScoredCopy]:
+    def read_scored(self) -> dict[tuple[int, int], ScoredCopy]:
         """Read SCORED messages not read yet (incrementally: retention may remove them later) and
         return a snapshot of all read so far. The runner and the scenario's sampler thread both
         call it; the snapshot is the caller's to iterate while the other reads on."""
@@ -168,9 +173,12 @@ class Observer:
         start = max(self._scored_next, info.state.first_seq)
         for seq, data in self._read("SCORED", start, info.state.last_seq):
             try:
-                self.scored[seq] = ScoredCopy(seq, decode(data, Scored))
+                group = decode(data, ScoredGroup)
+                copies = {(seq, i): ScoredCopy(seq, sc) for i, sc in enumerate(group.items())}
             except Exception:  # noqa: BLE001 (poison the runner injected, or worse: reported by the checker)
                 self.scored_undecodable.append(seq)
+            else:
+                self.scored.update(copies)
             self._scored_next = max(self._scored_next, seq + 1)
 
     def dead_letters(self) -> list[DeadLetter]:

@@ -1,7 +1,9 @@
 """Poison as faults: bad messages on every consumed subject of a running skeleton.
 
-The catalogue of tasks, samples and scored samples is the one the poison
-tests use (tests/actors/test_poison.py): not msgpack, wrong tag, future
+The catalogue of tasks, sample groups and scored groups is the one the poison
+tests use (tests/actors/test_poison.py; ROLLOUTS and SCORED carry one message
+per task's group, a poisoned sample or verdict is one member of it, and its
+reason names the member): not msgpack, wrong tag, future
 version, empty, deeply nested, ``max_payload`` - 1 bytes, NaN/inf in every
 float field, negative and out-of-range ids, mismatched lengths, huge ``n``
 and ``max_tokens``, the same id with other content. Here each is published
@@ -27,8 +29,8 @@ from typing import NamedTuple
 import msgspec
 
 from bench.chaos.scenario import INJECTED_K
-from rlvr.protocol import Sample, WeightFile, WeightsAnnouncement, encode
-from rlvr.protocol.samples import scored_msg_id
+from rlvr.protocol import SampleGroup, ScoredGroup, Verdict, WeightFile, WeightsAnnouncement, encode
+from rlvr.protocol.groups import scored_group_msg_id
 from tests.actors.test_poison import Poison, sample_poisons, scored_poisons, task_poisons
 from tests.factories import make_task
 
@@ -79,14 +81,16 @@ def weights_poisons(run: str, max_payload: int) -> list[Poison]:
 
 
 def _conflict_ids(subject: str, case: Poison) -> list[str]:
-    """Where a sample's two copies land on two verifier replicas, neither replica sees the
-    other's, so both are scored; each Scored goes out under ``scored_msg_id`` and the learner
-    keeps one by content (the lower ``copy_rank``, whichever SCORED stored first) and dead-letters
-    the other as a ``conflict``. Its dead letter carries that copy's id, either of the two, with
-    the verdict's digest after it (``inject`` matches on what precedes it)."""
+    """Where a group's two copies land on two verifier replicas, neither replica sees the
+    other's, so both are scored; each ScoredGroup goes out under ``scored_group_msg_id`` and the
+    learner keeps the one SCORED stored first and dead-letters the other as a ``conflict``. Its
+    dead letter carries that copy's id, either of the two, with the verdicts' digest after it
+    (``inject`` matches on what precedes it, so any verdicts will do here)."""
     if subject != "rollouts" or case.first is None:
         return []
-    return [scored_msg_id(msgspec.msgpack.decode(raw, type=Sample)) for raw in (case.first, case.data)]
+    groups = [msgspec.msgpack.decode(raw, type=SampleGroup) for raw in (case.first, case.data)]
+    return [scored_group_msg_id(ScoredGroup(g.run, g.task_id, g.samples, [Verdict(0.0, "ok", "")] * len(g.samples)))
+            .rpartition(".")[0] for g in groups]
 
 
 def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
@@ -111,10 +115,10 @@ def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
         if subject == "weights":
             continue
         if subject == "scored" and case.first is not None:
-            # Another verdict under one sample id, published straight to SCORED: the learner keeps one
-            # by rank and counts it (`conflicting_copies`), acked, not dead-lettered: two verifier replicas
-            # scoring one sample differently is no poison (learner/custody/custody.py). The end's custody
-            # check holds it to one settlement.
+            # The same group with another verdict, published straight to SCORED: the learner keeps the
+            # copy stored first and counts the other (`conflicting_copies`), acked, not dead-lettered: two
+            # verifier replicas scoring one group differently is no poison (learner/custody/custody.py).
+            # The end's custody check holds each sample to one settlement.
             counted.append(case.name)
             continue
         if mid:
@@ -133,7 +137,8 @@ def inject(sc, rng, subject: str, cases: list[Poison]) -> dict:
         while time.monotonic() < deadline and len(found) < len(wanted) + len(by_size):
             for d in obs.dead_letters():
                 mid = d.headers.get("Nats-Msg-Id", "")
-                # A Scored's id ends ``.<verdict digest>`` (``scored_msg_id``): matched on what precedes it.
+                # A ScoredGroup's id ends ``.<verdicts digest>`` (``scored_group_msg_id``): matched on what
+                # precedes it.
                 case = (wanted.get(mid) or wanted.get(mid.rpartition(".")[0])
                         or (by_size.get(d.size) if not mid and d.reference else None))
                 if case is None or case.name in found:

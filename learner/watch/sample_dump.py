@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,17 +166,69 @@ def write_step(out_dir: Path, step: int, groups: list[list[Scored]], advantage: 
 
 
 class SampleDump:
-    """The learner's writer of ``samples/step-<N>.jsonl``: off the event loop, and never a fault."""
+    """The learner's writer of ``samples/step-<N>.jsonl``: on a thread of its own, off the step's path,
+    and never a fault.
+
+    ``write`` only hands the step to the writer thread and returns: the optimizer never waits for the
+    dump (it cost the built-in example's steps ~10% when the step awaited it, docs/benchmarks.md). If
+    the writer falls ``MAX_PENDING`` steps behind (a slow disk), the oldest step waiting is skipped and
+    counted (``skipped``, in the summary) rather than holding training or memory: the dump is a record
+    for people, so it is sampled under pressure, never a brake. ``close`` writes what is waiting."""
+
+    MAX_PENDING = 4
 
     def __init__(self, out_dir: Path, cfg: SamplesConfig, advantage: AdvantageConfig | None) -> None:
         self.out_dir = Path(out_dir)
         self.cfg = cfg
         self.advantage = advantage
         self.failures = 0
+        self.skipped = 0
+        self._pending: deque[tuple[int, list[list[Scored]]]] = deque()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._busy = False
+        self._thread: threading.Thread | None = None
 
     async def write(self, step: int, groups: list[list[Scored]]) -> None:
-        if self.cfg.dump and step % self.cfg.every_steps == 0:
-            await anyio.to_thread.run_sync(self._write, step, groups)
+        if not (self.cfg.dump and step % self.cfg.every_steps == 0):
+            return
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sample-dump", daemon=True)
+                self._thread.start()
+            if len(self._pending) >= self.MAX_PENDING:
+                dropped, _ = self._pending.popleft()
+                self.skipped += 1
+                if self.skipped == 1:  # once: a slow disk would say it every step
+                    log.warning("samples_dump_skipped", step=dropped, waiting=self.MAX_PENDING,
+                                note="the dump's writer is behind; steps are skipped, training never waits")
+            self._pending.append((step, groups))
+            self._cv.notify()
+
+    async def close(self, timeout_s: float = 60.0) -> None:
+        """Write what is waiting (at most ``timeout_s``), then stop the thread."""
+        await anyio.to_thread.run_sync(self._drain, timeout_s)
+
+    def _drain(self, timeout_s: float) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+            self._cv.wait_for(lambda: not self._pending and not self._busy, timeout=timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._pending or self._closed)
+                if not self._pending:
+                    return
+                step, groups = self._pending.popleft()
+                self._busy = True
+            try:
+                self._write(step, groups)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
 
     def _write(self, step: int, groups: list[list[Scored]]) -> None:
         try:

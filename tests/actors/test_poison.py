@@ -3,7 +3,10 @@
 Each case publishes one poison message and then a good one to a running
 role: the poison must be dead-lettered with its reason, counted in the
 role's heartbeat (``dead_letter.<kind>``), and the role must stay up and
-still serve the good message after it. The rollout and verifier are real
+still serve the good message after it. ROLLOUTS and SCORED carry one message
+per task's group (protocol/groups.py): a poisoned sample or verdict is one
+member of a group message (``HOSTILE``), and the reason names it
+(``samples[1].``, ``verdicts[1].``). The rollout and verifier are real
 ``rlvr-actor --role`` processes (the rollout with the torch-free ``trivial``
 engine); the learner's path is in test_poison_learner.py.
 
@@ -27,11 +30,11 @@ import pytest
 from rlvr.actors.config import NatsConfig
 from rlvr.cli.natsserver import NatsServer
 from rlvr.cli.commands.status import collect_status, dead_letter_summary, format_status
-from rlvr.protocol import ChatMessage, Completion, DeadLetter, Heartbeat, Sample, Scored, encode
+from rlvr.protocol import ChatMessage, Completion, DeadLetter, Heartbeat, encode
 from rlvr.protocol.codec import Message
 from tests.busclient import BusClient
 from tests.conftest import ActorProcs, write_config
-from tests.factories import make_sample, make_scored, make_task
+from tests.factories import make_group, make_scored_group, make_task
 
 _SENTINEL = "SENTINEL"  # fixstr 0xa8 + 8 bytes on the wire
 
@@ -101,7 +104,7 @@ def task_poisons(run: str, k: int, max_payload: int) -> list[Poison]:
         ("index_negative", _r(t, index=-1), "schema", "$.index"),
     ]
     sentinel = _r(t, verifier=_r(t.verifier, params={"gold": "5", "deep": _SENTINEL}))
-    other = make_sample(run, k=k)
+    other = make_group(run, k=k)
     variant = _r(t, prompt="9+9=")
     return generic_poisons(t, other, sentinel, variant, max_payload) + [
         Poison(name, encode(msg), kind, reason) for name, msg, kind, reason in bad
@@ -120,7 +123,8 @@ def sample_mutations(s) -> list[tuple[str, Any, str, str]]:
         for name, x in (("nan", math.nan), ("inf", math.inf)):
             out.append((f"timings_{field}_{name}", _r(s, timings=_r(t, **{field: x})), "invalid", f"timings.{field}"))
     return out + [
-        ("lengths_disagree", _r(s, completion=Completion([5, 6, 7], [-0.1, -0.2])), "invalid", "one log-prob per token"),
+        ("lengths_disagree", _r(s, completion=Completion([5, 6, 7], [-0.1, -0.2])), "invalid",
+         "completion.logprobs has 2 entries for 3 completion.ids"),
         ("completion_id_negative", _r(s, completion=Completion([5, -6], [-0.1, -0.2])), "schema", "completion.ids[1]"),
         ("prompt_id_negative", _r(s, prompt_ids=[1, -2, 3]), "schema", "prompt_ids[1]"),
         ("completion_id_huge", _r(s, completion=Completion([5, 2**40], [-0.1, -0.2])), "schema", "completion.ids[1]"),
@@ -129,21 +133,43 @@ def sample_mutations(s) -> list[tuple[str, Any, str, str]]:
         ("group_size_huge", _r(s, group_size=10**6), "invalid", "group_size must be in"),
         ("group_size_zero", _r(s, group_size=0), "schema", "group_size"),
         ("version_max_below_min", _r(s, policy_version=3, policy_version_max=1), "invalid", "policy_version_max"),
-        ("temperature_nan", _r(s, sampling=_r(sp, temperature=math.nan)), "schema", "temperature"),
-        ("top_p_inf", _r(s, sampling=_r(sp, top_p=math.inf)), "schema", "top_p"),
-        ("longer_than_max_tokens", _r(s, sampling=_r(sp, max_tokens=1)), "invalid", "more than sampling.max_tokens"),
+        ("temperature_nan", _r(s, sampling=_r(sp, temperature=math.nan)), "schema", "sampling.temperature"),
+        ("top_p_inf", _r(s, sampling=_r(sp, top_p=math.inf)), "schema", "sampling.top_p"),
+        ("longer_than_max_tokens", _r(s, sampling=_r(sp, max_tokens=1)), "invalid",
+         "completion has 2 tokens, more than sampling.max_tokens"),
         ("empty_group_id", _r(s, group_id=""), "invalid", "group_id must not be empty"),
     ]
 
 
+HOSTILE = 1  # the index of the poisoned member in a group message: not the first, so its index is named
+
+
+def _member(group, i: int, sample):
+    """``group`` (a SampleGroup or ScoredGroup) with ``samples[i]`` replaced."""
+    return _r(group, samples=[sample if j == i else s for j, s in enumerate(group.samples)])
+
+
+def _member_reason(name: str, reason: str, n: int) -> str:
+    """Where a poisoned member's reason is named: ``samples[i].<field>``, or, for what makes it no member of
+    its group's order (``protocol/validate.py``: a group message is complete and in order), ``samples[i]``
+    and the rule."""
+    order = {"sample_index_past_n": f"has sample_index 9 and group_size {n}",
+             "group_size_huge": f"has sample_index {HOSTILE} and group_size 1000000",
+             "empty_group_id": "is of run"}
+    return f"samples[{HOSTILE}] {order[name]}" if name in order else f"samples[{HOSTILE}].{reason}"
+
+
 def sample_poisons(run: str, k: int, max_payload: int) -> list[Poison]:
-    s = make_sample(run, k=k, n=4)
-    sentinel = _r(s, verifier=_r(s.verifier, params={"gold": "5", "deep": _SENTINEL}))
+    """Group messages of 4 samples as ROLLOUTS carries them, each with one hostile member (``HOSTILE``)."""
+    g = make_group(run, k=k, n=4)
+    s = g.samples[HOSTILE]
+    sentinel = _member(g, HOSTILE, _r(s, verifier=_r(s.verifier, params={"gold": "5", "deep": _SENTINEL})))
     # Another completion for the same slot is a regeneration (served once, counted as a
-    # duplicate); another answer key under the same id is a conflict.
-    variant = _r(s, verifier=_r(s.verifier, params={"gold": "6"}))
-    return generic_poisons(s, make_task(run, k=k), sentinel, variant, max_payload) + [
-        Poison(name, encode(msg), kind, reason) for name, msg, kind, reason in sample_mutations(s)
+    # duplicate); another answer key for the same task is a conflict.
+    variant = make_group(run, k=k, n=4, gold="6")
+    return generic_poisons(g, make_task(run, k=k), sentinel, variant, max_payload) + [
+        Poison(name, encode(_member(g, HOSTILE, bad)), kind, _member_reason(name, reason, 4))
+        for name, bad, kind, reason in sample_mutations(s)
     ]
 
 
@@ -257,7 +283,7 @@ def verifier(server, tmp_path_factory):
         procs.stop_all()
 
 
-MAX_PAYLOAD = 1024 * 1024  # nats-server's default; checked against the server below
+MAX_PAYLOAD = 8 * 1024 * 1024  # what NatsServer serves, as the shipped configs (issue 46); checked below
 TASK_CASES = task_poisons("pr", 1, MAX_PAYLOAD)
 SAMPLE_CASES = sample_poisons("pv", 1, MAX_PAYLOAD)
 
@@ -271,9 +297,9 @@ def _good_task(case: Poison) -> tuple[Message, str]:
     return make_task("pr", k=k, n=2), f"good-{k}"
 
 
-def _good_sample(case: Poison) -> tuple[Message, str]:
+def _good_group(case: Poison) -> tuple[Message, str]:
     k = 100 + SAMPLE_CASES.index(case)
-    return make_sample("pv", k=k), f"good-{k}"
+    return make_group("pv", k=k, n=2), f"good-{k}"
 
 
 @pytest.mark.parametrize("case", TASK_CASES, ids=[c.name for c in TASK_CASES])
@@ -282,13 +308,13 @@ def test_rollout_dead_letters_a_poison_task_counts_it_and_serves_the_next(rollou
 
 
 @pytest.mark.parametrize("case", SAMPLE_CASES, ids=[c.name for c in SAMPLE_CASES])
-def test_verifier_dead_letters_a_poison_sample_counts_it_and_scores_the_next(verifier, case):
-    verifier.survives(case, *_good_sample(case))
+def test_verifier_dead_letters_a_poison_group_counts_it_and_scores_the_next(verifier, case):
+    verifier.survives(case, *_good_group(case))
 
 
 def test_every_good_task_was_answered_and_status_shows_the_dead_letters(rollout, server):
     rollout.survives_all(TASK_CASES, _good_task)  # those the parametrised test has not run (run alone)
-    samples = {s.task_id for s in rollout.bus.decoded("ROLLOUTS", Sample)}
+    samples = {s.task_id for s in rollout.bus.rollouts()}
     assert {f"pr-t{100 + i}" for i in range(len(TASK_CASES))} <= samples
     st = anyio.run(collect_status, "pr", NatsConfig(url=server.url), 1.0)
     replica = st.replica("rollout-0")
@@ -298,31 +324,38 @@ def test_every_good_task_was_answered_and_status_shows_the_dead_letters(rollout,
     assert summary in format_status(st)
 
 
-def test_every_good_sample_was_scored(verifier):
-    verifier.survives_all(SAMPLE_CASES, _good_sample)
-    scored = {s.sample_id for s in verifier.bus.decoded("SCORED", Scored)}
-    assert {f"pv-t{100 + i}/0" for i in range(len(SAMPLE_CASES))} <= scored
+def test_every_good_group_was_scored(verifier):
+    verifier.survives_all(SAMPLE_CASES, _good_group)
+    scored = {s.sample_id for s in verifier.bus.scored()}
+    assert {f"pv-t{100 + i}/{j}" for i in range(len(SAMPLE_CASES)) for j in range(2)} <= scored
 
 
 def scored_poisons(run: str, k: int, vocab: int, max_payload: int) -> list[Poison]:
-    """The sample poisons inside a Scored, plus the verdict's floats and the learner's vocabulary."""
-    sc = make_scored(run, k=k, n=2)
-    v = sc.verdict
-    sentinel = _r(sc, sample=_r(sc.sample, verifier=_r(sc.sample.verifier, params={"gold": "5", "deep": _SENTINEL})))
-    bad = [(f"sample_{name}", _r(sc, sample=s), kind, reason) for name, s, kind, reason in sample_mutations(sc.sample)]
+    """Scored group messages of 2 as SCORED carries them: the sample poisons in a member (``HOSTILE``),
+    plus its verdict's floats and the learner's vocabulary."""
+    g = make_scored_group(run, k=k, rewards=[1.0, 0.0])
+    s, v = g.samples[HOSTILE], g.verdicts[HOSTILE]
+
+    def verdict(bad):
+        return _r(g, verdicts=[bad if j == HOSTILE else x for j, x in enumerate(g.verdicts)])
+
+    sentinel = _member(g, HOSTILE, _r(s, verifier=_r(s.verifier, params={"gold": "5", "deep": _SENTINEL})))
+    bad = [(f"sample_{name}", _member(g, HOSTILE, m), kind, _member_reason(name, reason, 2))
+           for name, m, kind, reason in sample_mutations(s)]
+    at = f"verdicts[{HOSTILE}]"
     for name, x in (("nan", math.nan), ("inf", math.inf), ("neg_inf", -math.inf), ("huge", 1e300)):
-        bad.append((f"reward_{name}", _r(sc, verdict=_r(v, reward=x)), "invalid", "verdict.reward"))
+        bad.append((f"reward_{name}", verdict(_r(v, reward=x)), "invalid", f"{at}.reward"))
     for name, x in (("nan", math.nan), ("inf", math.inf)):
-        bad.append((f"component_{name}", _r(sc, verdict=_r(v, components={"accuracy": x})), "invalid",
-                    "verdict.components['accuracy']"))
+        bad.append((f"component_{name}", verdict(_r(v, components={"accuracy": x})), "invalid",
+                    f"{at}.components['accuracy']"))
     for name, x in (("nan", math.nan), ("negative", -1.0)):
-        bad.append((f"latency_{name}", _r(sc, verdict=_r(v, latency_s=x)), "invalid", "verdict.latency_s"))
-    bad.append(("completion_id_out_of_vocab", _r(sc, sample=_r(sc.sample, completion=Completion([5, vocab], [-0.1, -0.2]))),
-                "invalid", "outside the learner's vocabulary"))
-    bad.append(("prompt_id_out_of_vocab", _r(sc, sample=_r(sc.sample, prompt_ids=[1, vocab + 7])), "invalid",
-                "outside the learner's vocabulary"))
-    variant = _r(sc, verdict=_r(v, reward=0.0))
-    return generic_poisons(sc, make_sample(run, k=k), sentinel, variant, max_payload) + [
+        bad.append((f"latency_{name}", verdict(_r(v, latency_s=x)), "invalid", f"{at}.latency_s"))
+    bad.append(("completion_id_out_of_vocab", _member(g, HOSTILE, _r(s, completion=Completion([5, vocab], [-0.1, -0.2]))),
+                "invalid", f"samples[{HOSTILE}].completion.ids[1] = {vocab} is outside the learner's vocabulary"))
+    bad.append(("prompt_id_out_of_vocab", _member(g, HOSTILE, _r(s, prompt_ids=[1, vocab + 7])), "invalid",
+                f"samples[{HOSTILE}].prompt_ids[1] = {vocab + 7} is outside the learner's vocabulary"))
+    variant = verdict(_r(v, reward=1.0))  # the same group scored otherwise
+    return generic_poisons(g, make_group(run, k=k, n=2), sentinel, variant, max_payload) + [
         Poison(name, encode(msg), kind, reason) for name, msg, kind, reason in bad
     ]
 

@@ -19,7 +19,7 @@ import pytest
 
 from rlvr.cli.natsserver import NatsServer
 from rlvr.learner.custody.checkpoint import CheckpointStore
-from rlvr.protocol import Scored
+from rlvr.protocol import ScoredGroup
 from tests.busclient import BusClient
 from tests.cli.stages_helpers import tiny_stages
 from tests.conftest import wait_for, write_config
@@ -70,8 +70,9 @@ def _rl_fates(run_dir: Path, run: str, part: Path) -> dict:
     dropped = {sid for e in store.ledger_entries() for sid in e.dropped}
     server = NatsServer(run_dir / "nats", log_file=run_dir / "logs" / "check-nats.log").start()
     try:
-        stored = [(seq, msgspec.msgpack.decode(data, type=Scored))
-                  for seq, data, _ in BusClient(server.url, run).stream_messages("SCORED")]
+        # One message per task's group (protocol/groups.py): each member under its message's seq.
+        stored = [(seq, sc) for seq, data, _ in BusClient(server.url, run).stream_messages("SCORED")
+                  for sc in msgspec.msgpack.decode(data, type=ScoredGroup).items()]
     finally:
         server.stop()
     train = [(seq, sc) for seq, sc in stored if sc.sample.purpose == "train"]

@@ -51,7 +51,8 @@ def test_replicas_go_up_under_a_backlog_and_back_down_when_it_clears_and_every_s
     raw["learn"]["dataset"]["verifier"] = {"name": "tests.verifier_fixtures:paced",
                                            "params": {"path": str(flag), "seconds": 0.2, "gold": "{gold}"}}
     raw["up"]["verify_replicas"] = 1
-    raw["autoscale"] = {"enabled": True, "min_replicas": 1, "max_replicas": 3, "target_backlog_per_replica": 16,
+    # The backlog is in group messages (one per task: protocol/groups.py), 4 samples each here.
+    raw["autoscale"] = {"enabled": True, "min_replicas": 1, "max_replicas": 3, "target_backlog_per_replica": 4,
                         "scale_up_cooldown_s": 2.0, "scale_down_stabilization_s": 3.0, "interval_s": 0.5,
                         "dead_after_s": 10.0}
     config = write_config(tmp_path / "auto.json", raw)
@@ -69,7 +70,7 @@ def test_replicas_go_up_under_a_backlog_and_back_down_when_it_clears_and_every_s
                  what="the autoscaler to reach max_replicas under the backlog")
         first_up = _decisions(run_dir, "up")[0]
         assert first_up["current"] == 1 and first_up["target"] == 2  # doubling, not a jump to the max
-        assert "backlog" in first_up["reason"] and "> 16 per replica x 1" in first_up["reason"]
+        assert "backlog" in first_up["reason"] and "> 4 per replica x 1" in first_up["reason"]
         assert "[autoscale] verify 1 -> 2: backlog" in out.read_text()
         # The status command shows the scaler, its count and its last decision.
         text = out.read_text()

@@ -15,6 +15,7 @@ import pytest
 from rlvr.learner.custody.checkpoint import CheckpointStore, LearnerState, LedgerEntry, is_disk_full
 from tests.busclient import BusClient
 from tests.conftest import wait_for
+from tests.factories import scored_messages
 from tests.learner.learner_helpers import scored_groups
 from tests.learner.test_learner_recovery import _dry_config
 
@@ -51,8 +52,7 @@ def test_a_learner_whose_checkpoint_disk_is_full_holds_and_commits_once_there_is
     checkpoints = tmp_path / "o" / "checkpoints"
     trap = _full(checkpoints, 1)
     samples = scored_groups(run, 4, vocab=50)
-    for sc in samples:
-        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+    bus.publish_scored(scored_messages(samples))
     wait_for(lambda: actors.log_text("learn-0").count('"checkpoint_disk_full"') >= 2 or proc.poll() is not None,
              timeout_s=120, what="two failed tries of the first checkpoint")
     assert proc.poll() is None, actors.log_text("learn-0")[-3000:]  # held, not exited

@@ -18,6 +18,7 @@ from rlvr.learner.custody.checkpoint import CheckpointStore
 from rlvr.learner.example.tiny_model import build_tiny_model
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
+from tests.factories import scored_messages
 from tests.learner.learner_helpers import final_weights, learner_config, scored_groups
 
 GROUPS = 7  # one zero-variance group (dropped): 6 kept, 3 steps of 2
@@ -38,9 +39,7 @@ def _ppo_config(tmp_path: Path, run: str, model: Path, out: Path) -> Path:
 
 
 def _publish(url: str, run: str, vocab: int) -> None:
-    bus = BusClient(url, run)
-    for sc in scored_groups(run, GROUPS, vocab=vocab, zero_variance=(3,)):
-        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+    BusClient(url, run).publish_scored(scored_messages(scored_groups(run, GROUPS, vocab=vocab, zero_variance=(3,))))
 
 
 def _head(model: Path, out: Path, cfg_path: Path) -> dict[str, torch.Tensor]:

@@ -19,6 +19,7 @@ from rlvr.learner.example.tiny_model import build_tiny_model
 from rlvr.protocol import WeightsAnnouncement
 from tests.busclient import BusClient
 from tests.conftest import wait_for, write_config
+from tests.factories import scored_messages
 from tests.learner.learner_helpers import final_weights, learner_config, scored_groups
 
 
@@ -40,8 +41,7 @@ def test_learner_trains_from_scored_stream_and_broadcasts_weights_a_rollout_engi
     cfg = learner_config(tmp_path, run, tiny_model, zero_stage=zero_stage, steps=2, groups_per_step=2)
     proc = actors.start("learn", cfg, "learn-0")
     bus.wait_heartbeat(lambda hb: hb.role == "learn" and hb.state == "running", timeout_s=120)
-    for sc in scored_groups(run, 4, vocab=_vocab(tiny_model)):
-        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+    bus.publish_scored(scored_messages(scored_groups(run, 4, vocab=_vocab(tiny_model))))
     assert proc.wait(timeout=300) == 0, actors.log_text("learn-0")[-3000:]
 
     ann = bus.decoded("WEIGHTS", WeightsAnnouncement)
@@ -114,8 +114,8 @@ def test_exactly_once_across_sigkills(actors, nats_server, tmp_path, tiny_model)
 
     def publish_all(run: str) -> BusClient:
         bus = BusClient(nats_server.url, run)
-        for sc in scored_groups(run, groups, vocab=vocab, zero_variance=(3, 9), failed_sample_in=(5,)):
-            bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+        bus.publish_scored(scored_messages(scored_groups(run, groups, vocab=vocab, zero_variance=(3, 9),
+                                                         failed_sample_in=(5,))))
         return bus
 
     # The interrupted run.
@@ -186,8 +186,9 @@ def test_token_ids_outside_the_vocabulary_are_dead_lettered_and_the_learner_trai
     actors, nats_server, tmp_path, tiny_model
 ):
     """An id past the embedding would be a device-side assert on a GPU, replayed
-    after every restart: the learner refuses the sample (dead letter, counted
-    drop in its ledger) and trains on the good groups."""
+    after every restart: the learner refuses the group message that carries it
+    (a dead letter naming the member, every member a counted drop in its ledger)
+    and trains on the good groups."""
     from rlvr.protocol import Completion, DeadLetter
 
     run = "oov"
@@ -196,16 +197,15 @@ def test_token_ids_outside_the_vocabulary_are_dead_lettered_and_the_learner_trai
     cfg = learner_config(tmp_path, run, tiny_model, zero_stage=2, steps=1, groups_per_step=1)
     proc = actors.start("learn", cfg, "learn-0")
     bus.wait_heartbeat(lambda hb: hb.role == "learn" and hb.state == "running", timeout_s=120)
-    bad_group, good_group = scored_groups(run, 2, vocab=vocab)[:4], scored_groups(run, 2, vocab=vocab)[4:]
-    sample = msgspec.structs.replace(bad_group[0].sample, completion=Completion([vocab + 7, 3], [-1.0, -1.0]))
-    bad = msgspec.structs.replace(bad_group[0], sample=sample)
-    bus.publish(bus.names.scored, bad, msg_id=bad.sample_id)
-    for sc in good_group:
-        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+    bad_group, good_group = scored_messages(scored_groups(run, 2, vocab=vocab))
+    sample = msgspec.structs.replace(bad_group.samples[2], completion=Completion([3, vocab + 7], [-1.0, -1.0]))
+    bad = msgspec.structs.replace(bad_group, samples=[*bad_group.samples[:2], sample, *bad_group.samples[3:]])
+    bus.publish_scored([bad, good_group])
     assert proc.wait(timeout=300) == 0, actors.log_text("learn-0")[-3000:]
 
     letters = bus.decoded("DEAD", DeadLetter)
-    assert len(letters) == 1 and "outside the learner's vocabulary" in letters[0].reason
+    assert len(letters) == 1
+    assert f"samples[2].completion.ids[1] = {vocab + 7} is outside the learner's vocabulary" in letters[0].reason
     entries = CheckpointStore(tmp_path / f"out-{run}" / "checkpoints").ledger_entries()
-    assert {sid: r for e in entries for sid, r in e.dropped.items()} == {bad.sample_id: "invalid"}
-    assert sorted(sid for e in entries for sid in e.trained) == sorted(sc.sample_id for sc in good_group)
+    assert {sid: r for e in entries for sid, r in e.dropped.items()} == {s.sample_id: "invalid" for s in bad.samples}
+    assert sorted(sid for e in entries for sid in e.trained) == sorted(s.sample_id for s in good_group.samples)

@@ -14,7 +14,7 @@ from rlvr.learner.config import LearnConfig, SamplesConfig
 from rlvr.learner.watch.sample_dump import SampleDump, step_file
 from tests.busclient import BusClient
 from tests.conftest import write_config
-from tests.factories import make_scored
+from tests.factories import make_scored, scored_messages
 
 
 def _groups() -> list:
@@ -25,8 +25,42 @@ def _write(dump: SampleDump, steps: range) -> None:
     async def go():
         for step in steps:
             await dump.write(step, _groups())
+        await dump.close()
 
     anyio.run(go)
+
+
+def test_the_step_never_waits_for_the_dump_and_a_writer_far_behind_skips_the_oldest(tmp_path, monkeypatch):
+    """Issue 45: the dump was awaited on the step's path. Now ``write`` returns at once even while the
+    writer is stuck, and past MAX_PENDING steps waiting the oldest is skipped and counted."""
+    import threading
+
+    from rlvr.learner.watch import sample_dump
+
+    release, started, written = threading.Event(), threading.Event(), []
+
+    def slow(out_dir, step, groups, advantage):
+        started.set()
+        release.wait(30)
+        written.append(step)
+
+    monkeypatch.setattr(sample_dump, "write_step", slow)
+    dump = SampleDump(tmp_path, SamplesConfig(), None)
+    steps = range(1, SampleDump.MAX_PENDING + 4)
+
+    async def go():
+        with anyio.fail_after(5):  # with the writer blocked, every write returns at once
+            await dump.write(steps[0], _groups())
+            await anyio.to_thread.run_sync(started.wait, 5)  # the writer holds step 1 now
+            for step in steps[1:]:
+                await dump.write(step, _groups())
+        release.set()
+        await dump.close()
+
+    anyio.run(go)
+    # Step 1 was in the writer's hands; of the rest, the newest MAX_PENDING were kept.
+    assert written == [1, *steps[-SampleDump.MAX_PENDING:]]
+    assert dump.skipped == len(steps) - 1 - SampleDump.MAX_PENDING
 
 
 def test_the_dump_writes_every_n_steps_and_nothing_when_off(tmp_path):
@@ -70,8 +104,7 @@ def test_a_dry_learner_writes_each_trained_sample_of_each_step(actors, nats_serv
     learner = actors.start("learn", cfg, "learn-0")
     bus = BusClient(nats_server.url, run)
     bus.wait_heartbeat(lambda hb: hb.role == "learn" and hb.state == "running", timeout_s=120)
-    for sc in scored_groups(run, 2, vocab=50):
-        bus.publish(bus.names.scored, sc, msg_id=sc.sample_id)
+    bus.publish_scored(scored_messages(scored_groups(run, 2, vocab=50)))
     assert learner.wait(timeout=120) == 0, actors.log_text("learn-0")[-3000:]
     for step in (1, 2):
         recs = [json.loads(line) for line in step_file(out, step).read_text().splitlines()]

@@ -1,7 +1,8 @@
 """Agent episodes with several segments in the learner role, on a real nats-server with real DeepSpeed (CPU):
-each Sample message is trained exactly once whatever its segments (custody is per message, not per segment),
-the step metrics count the segments, and a copy of an agent's slot generated again (another history, so other
-prompt ids) is a copy of the same slot, acked, never dead-lettered as other work."""
+each sample of a group message is trained exactly once whatever its segments (custody is per sample, not per
+segment), the step metrics count the segments, and a copy of an agent's group generated again (one member with
+another history, so other prompt ids) is a copy of the same task's group, acked, never dead-lettered as other
+work."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from rlvr.learner.example.tiny_model import build_tiny_model
 from rlvr.protocol import Completion, DeadLetter, Episode, Scored, Turn
 from rlvr.protocol.samples import Segment
 from tests.busclient import BusClient
+from tests.factories import scored_messages
 from tests.learner.learner_helpers import learner_config, scored_groups
 
 
@@ -50,11 +52,13 @@ def test_segmented_agent_episodes_train_once_per_sample_and_a_regenerated_copy_i
     bus.wait_heartbeat(lambda hb: hb.role == "learn" and hb.state == "running", timeout_s=120)
     plain = scored_groups(run, 2, vocab=vocab)
     agents = [_agent(sc, rng, vocab, segments=k % 3) for k, sc in enumerate(plain[:4])]  # 0, 1, 2, 0 segments
-    # The same slot generated again (a replica died before acking its task): another history, other prompt ids.
+    # The group generated again (a replica died before acking its task): a member with another history, other
+    # prompt ids.
     again = _agent(plain[1], rng, vocab, segments=1)
     assert again.sample.prompt_ids != agents[1].sample.prompt_ids
-    for sc in agents[:2] + [again] + agents[2:] + plain[4:]:
-        bus.publish(bus.names.scored, sc, msg_id=f"{sc.sample_id}/{rng.random()}")  # past the duplicate window
+    copies = scored_messages(agents) + scored_messages([agents[0], again, *agents[2:]]) + scored_messages(plain[4:])
+    for g in copies:
+        bus.publish(bus.names.scored, g, msg_id=f"{g.task_id}/{rng.random()}")  # past the duplicate window
     assert proc.wait(timeout=300) == 0, actors.log_text("learn-0")[-3000:]
 
     entries = CheckpointStore(tmp_path / f"out-{run}" / "checkpoints").ledger_entries()
