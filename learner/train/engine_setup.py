@@ -1,14 +1,16 @@
 """What the learner's engine is set up with, apart from the engine itself: the process environment
-DeepSpeed needs, the learning-rate schedule, the DeepSpeed config, RNG states for checkpoints, and the
-token-weighted sums of per-micro-batch metrics."""
+DeepSpeed needs (DeepSpeed imported without its autotuner's MLflow), the learning-rate schedule, the
+DeepSpeed config, RNG states for checkpoints, and the token-weighted sums of per-micro-batch metrics."""
 
 from __future__ import annotations
 
+import importlib.abc
 import math
 from dataclasses import dataclass
 import os
 import random
 import socket
+import sys
 
 import numpy as np
 import torch
@@ -28,6 +30,7 @@ def ensure_dist_env() -> None:
     """
     from rlvr.learner.train.compiled_ops import extensions_dir, load_compiled_ops
 
+    import_deepspeed()
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
     for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
@@ -36,6 +39,40 @@ def ensure_dist_env() -> None:
             s.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     load_compiled_ops()
+
+
+class _NoMlflowForDeepSpeedAutotuner(importlib.abc.MetaPathFinder):
+    """Refuses ``import mlflow`` to DeepSpeed's autotuner module alone.
+
+    ``import deepspeed`` imports its autotuner, whose ``try: import mlflow`` only serves to log
+    autotuning runs, which the learner never starts. Where MLflow is installed (the ``trackers``
+    extra), that one line loaded MLflow, pandas and pyarrow into every learner: +141 MiB RSS, 72 MiB of
+    it anonymous, 1,180 modules, +1.4 s of import (docs/benchmarks.md, "Where the memory goes"). The import is
+    refused by looking at who imports, not by hiding ``mlflow`` from the process: the learner's own
+    MLflow tracker (learner/watch/sinks.py) imports it on another thread, maybe at the same moment."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "mlflow" and not fullname.startswith("mlflow."):
+            return None
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_globals.get("__name__") == "deepspeed.autotuning.autotuner":
+                raise ModuleNotFoundError(f"{fullname} is not loaded for DeepSpeed's autotuner (the learner never "
+                                          "autotunes)", name=fullname)
+            frame = frame.f_back
+        return None
+
+
+def import_deepspeed() -> None:
+    """Import DeepSpeed once, without what its autotuner would load (``_NoMlflowForDeepSpeedAutotuner``)."""
+    if "deepspeed" in sys.modules:
+        return
+    finder = _NoMlflowForDeepSpeedAutotuner()
+    sys.meta_path.insert(0, finder)
+    try:
+        import deepspeed  # noqa: F401
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def lr_factor(step: int, schedule: Schedule) -> float:
@@ -129,5 +166,5 @@ class _Gae:
     metrics: dict[str, float]  # explained variance, value, return and raw advantage means
 
 
-__all__ = ["_Gae", "_Metrics", "_all_sum", "deepspeed_config", "ensure_dist_env", "lr_factor", "rng_states",
-           "set_rng_states"]
+__all__ = ["_Gae", "_Metrics", "_all_sum", "deepspeed_config", "ensure_dist_env", "import_deepspeed", "lr_factor",
+           "rng_states", "set_rng_states"]

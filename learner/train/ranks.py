@@ -86,13 +86,13 @@ def timeout_s() -> float:
 def _command_group(timeout: float):
     """Join the default process group (DeepSpeed's backend choice: NCCL on
     GPUs, gloo on CPU) and create the gloo group that carries commands."""
+    from rlvr.learner.train.engine import ensure_dist_env
+
+    ensure_dist_env()  # first: it imports DeepSpeed without its autotuner's MLflow (engine_setup.import_deepspeed)
     import deepspeed.comm
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
 
-    from rlvr.learner.train.engine import ensure_dist_env
-
-    ensure_dist_env()
     get_accelerator().set_device(int(os.environ["LOCAL_RANK"]))  # before NCCL picks a device
     deepspeed.comm.init_distributed(verbose=False)
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
