@@ -126,6 +126,13 @@ class BusConfig(Struct, frozen=True, forbid_unknown_fields=True):
     storage: Literal["file", "memory"] = "file"
     # Stream replicas (3 on a NATS cluster).
     replicas: Annotated[int, Meta(ge=1, le=5)] = 1
+    # Bytes of the samples of one group, encoded. A group too large for one message (past half
+    # the server's max_payload: the other half is its verdicts' room) travels by reference: its
+    # samples go to the run's bodies bucket (docs/design.md, "Groups larger than a message").
+    # Past this bound the rollout publishes the group as rejected samples that name this key,
+    # and a verifier or learner refuses a reference that claims more: what one group may make a
+    # role hold in memory (a 1M-token sample is about 17 MB).
+    max_group_bytes: Annotated[int, Meta(ge=1 << 20)] = 1 << 30
 
 
 class ObservabilityConfig(Struct, frozen=True, forbid_unknown_fields=True):

@@ -1,6 +1,6 @@
 """The run's JetStream topology: created by its one owner, checked by everyone else.
 
-Streams, the durable consumers, the KV bucket and the object-store bucket are
+Streams, the durable consumers, the KV bucket and the object-store buckets (weights, bodies) are
 created and updated only by the learner (at start) or by ``rlvr-actor init``
 (``ensure_topology``). A rollout or verifier never creates or rewrites any of
 them: ``check_topology`` waits for them, at most ``bus.topology_wait_s``
@@ -159,6 +159,12 @@ def _buckets(bus: Bus) -> list[tuple[str, str, object]]:
             bucket=names.kv_bucket, history=1, storage=_storage(bus), replicas=cfg.replicas, direct=True)),
         (names.weights_bucket, f"OBJ_{names.weights_bucket}", lambda: js.create_object_store(
             bucket=names.weights_bucket, storage=_storage(bus), replicas=cfg.replicas)),
+        # Samples of groups too large for one message (actors/bodies.py). A body lives as long as the
+        # SCORED message or the dead letter that names it can: the learner deletes those it settled,
+        # this TTL the rest (dead-lettered groups, orphans of a crash).
+        (names.bodies_bucket, f"OBJ_{names.bodies_bucket}", lambda: js.create_object_store(
+            bucket=names.bodies_bucket, storage=_storage(bus), replicas=cfg.replicas,
+            ttl=max(cfg.scored_max_age_s, cfg.dead_max_age_s))),
     ]
 
 
@@ -228,7 +234,9 @@ async def check_topology(bus: Bus, role: str) -> None:
     """Wait for the pieces ``role`` needs, then check their shape; never creates or changes anything."""
     wanted = ROLE_STREAMS.get(role, ("TASKS", "ROLLOUTS", "SCORED", "WEIGHTS", "DEAD"))
     defs = {kind: sd for kind, sd in _kinds(bus) if kind in wanted}
-    extra = [f"OBJ_{bus.names.weights_bucket}"] if role == "rollout" else []
+    # The buckets it reads or writes: weights (rollout), bodies (rollout writes them, verify reads them).
+    extra = {"rollout": [f"OBJ_{bus.names.weights_bucket}", f"OBJ_{bus.names.bodies_bucket}"],
+             "verify": [f"OBJ_{bus.names.bodies_bucket}"]}.get(role, [])
     infos = await _wait_for(bus, [sd.name for sd in defs.values()] + extra, role)
     differ = []
     for kind, sd in defs.items():

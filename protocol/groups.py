@@ -18,7 +18,11 @@ ledger), validation (``check_sample`` on every member), and the samples' meaning
   alike twice, it is stored once; scored otherwise (two verifier replicas that disagree), both reach
   the learner, which keeps one by the group's rank (``group_rank``), the same for every member.
 
-Not here: how large groups travel (issue 46) and what each role does with a group.
+A group too large for one message (over the server's ``max_payload``) travels by reference: its
+samples go to the run's bodies bucket and the message carries a ``BodyRef`` instead
+(actors/bodies.py, docs/design.md "Groups larger than a message").
+
+Not here: what each role does with a group.
 """
 
 from __future__ import annotations
@@ -33,11 +37,36 @@ from rlvr.protocol.samples import Sample, Scored, Verdict, sample_meaning, verdi
 MEANING_BYTES = 8  # the first bytes of a rank: two copies of one group (one task) share them
 
 
+class BodyRef(Struct, frozen=True, array_like=True):
+    """Where a group's samples are when they are too large for one message: an object in the run's
+    bodies bucket (``RunNames.bodies_bucket``) named ``<task_id>/<sha256>``, holding the msgpack of a
+    ``GroupBody``, ``size`` bytes. The reader takes the name only from the message's own task id and
+    the digest, and checks the bytes against both (actors/bodies.py): a reference can name nothing
+    but its own group's body."""
+
+    name: str
+    sha256: str
+    size: int
+
+
+class GroupBody(Struct, frozen=True, tag="group_body"):
+    """A group's samples, stored apart from its message (``BodyRef``)."""
+
+    samples: list[Sample]
+    v: int = 1  # decoded by the codec as every wire type is: a newer major version is refused
+
+
+def body_name(task_id: str, sha256: str) -> str:
+    """The only name a group's body may have: its task id and the hex SHA-256 of its bytes."""
+    return f"{task_id}/{sha256}"
+
+
 class SampleGroup(Struct, frozen=True, tag="sample_group", omit_defaults=True):
     run: str
     task_id: str
-    samples: list[Sample]
+    samples: list[Sample]  # empty when ``body`` holds them
     v: int = 1
+    body: BodyRef | None = None  # a group too large for one message: its samples are in the bodies bucket
 
     @property
     def msg_id(self) -> str:
@@ -47,10 +76,11 @@ class SampleGroup(Struct, frozen=True, tag="sample_group", omit_defaults=True):
 class ScoredGroup(Struct, frozen=True, tag="scored_group", omit_defaults=True):
     run: str
     task_id: str
-    samples: list[Sample]
+    samples: list[Sample]  # empty when ``body`` holds them
     verdicts: list[Verdict]  # verdicts[i] judges samples[i]
     replica: str = ""  # the verifier replica that scored the group
     v: int = 1
+    body: BodyRef | None = None  # the same body its SampleGroup named: never copied
 
     def items(self) -> list[Scored]:
         """Each sample with its verdict, as the learner's custody and filters take them."""
@@ -88,4 +118,5 @@ def group_rank(group: ScoredGroup) -> bytes:
     return group_meaning(group.samples) + h.digest()
 
 
-__all__ = ["SampleGroup", "ScoredGroup", "group_meaning", "group_rank", "scored_group_msg_id"]
+__all__ = ["BodyRef", "GroupBody", "SampleGroup", "ScoredGroup", "body_name", "group_meaning", "group_rank",
+           "scored_group_msg_id"]

@@ -97,6 +97,11 @@ class RunNames(Struct, frozen=True):
     def weights_bucket(self) -> str:
         return f"rlvr-{self.run}-weights"
 
+    @property
+    def bodies_bucket(self) -> str:
+        """Object store of the samples of groups too large for one message (actors/bodies.py)."""
+        return f"rlvr-{self.run}-bodies"
+
     def streams(self, scored_max_age_s: float, duplicate_window_s: float) -> list[StreamDef]:
         dw = duplicate_window_s
         return [

@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from rlvr.protocol.control import Control, DeadLetter, Heartbeat
-from rlvr.protocol.groups import SampleGroup, ScoredGroup
+from rlvr.protocol.groups import BodyRef, SampleGroup, ScoredGroup, body_name
 from rlvr.protocol.samples import MAX_INFO_BYTES, MAX_TOKEN_ID, Sample, Scored, Verdict
 from rlvr.protocol.tasks import SamplingParams, Task, VerifierSpec
 from rlvr.protocol.weights import WeightsAnnouncement
@@ -46,12 +46,17 @@ MAX_GROUP_SIZE = 1024
 # Assistant turns of one episode (EnvSpec.max_turns is bounded by this too).
 MAX_TURNS = 256
 # Most new tokens per completion (SamplingParams.max_tokens), and the longest
-# prompt or completion in tokens: 128 Ki, the longest context of current models.
-MAX_TOKENS = 131_072
+# prompt or completion in tokens: 2 Mi, past the 1M-token contexts of 2026's models,
+# so an agent's longest episode is a valid sample (issue 46). These bounds say what a
+# sample may be, not what a role holds in memory: that is bounded by the message's
+# size, the server's max_payload for an inline group and bus.max_group_bytes for a
+# group whose samples travel by reference (actors/bodies.py checks both before reading).
+MAX_TOKENS = 2**21
 # Tokens of an agent's episode, all its segments' prompts and completions together (Episode.segments).
 MAX_EPISODE_TOKENS = 4 * MAX_TOKENS
-# Characters of a prompt (all chat messages together) or a completion's text.
-MAX_TEXT_CHARS = 4_000_000
+# Characters of a prompt (all chat messages together) or a completion's text: 16 a token,
+# four times what BPE vocabularies average on English text.
+MAX_TEXT_CHARS = 16 * MAX_TOKENS
 # Chat messages in one prompt; stop strings in one SamplingParams.
 MAX_CHAT_MESSAGES = 256
 MAX_STOP_STRINGS = 32
@@ -350,11 +355,51 @@ def _check_members(run: str, task_id: str, samples: list[Sample]) -> None:
             raise MessageInvalidError(f"samples[{i}].{e.reason}") from None
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def check_body_ref(task_id: str, ref: BodyRef) -> None:
+    """A group's reference to its samples (``BodyRef``) names its own group's body and nothing else:
+    ``<task_id>/<sha256>`` of this message's task id, in the run's own bucket (which no name can leave).
+    Whether the object exists and holds those bytes is for the reader to check (actors/bodies.py)."""
+    if len(ref.sha256) != 64 or not _HEX.issuperset(ref.sha256):
+        _fail(f"body.sha256 must be 64 lowercase hex digits, got {ref.sha256[:80]!r}")
+    if ref.name != body_name(task_id, ref.sha256):
+        _fail(f"body.name {ref.name[:200]!r} is not {body_name(task_id, ref.sha256)!r} ('<task_id>/<sha256>' of "
+              "this message): a reference names only its own group's body")
+    if ref.size < 1:
+        _fail(f"body.size must be positive, got {ref.size}")
+
+
+def _check_reference(run: str, task_id: str, samples: list[Sample], ref: BodyRef) -> None:
+    """A group whose samples are in the bodies bucket: the reference alone, until it is read."""
+    _id("run", run)
+    _id("task_id", task_id)
+    if samples:
+        _fail(f"samples holds {len(samples)} samples and body names them too: a group carries one or the other")
+    check_body_ref(task_id, ref)
+
+
 def check_sample_group(g: SampleGroup) -> None:
+    """The group, or its reference while its samples are in the bodies bucket; ``actors/bodies.resolve``
+    reads them and checks the whole group here again, as if it had come inline."""
+    if g.body is not None:
+        _check_reference(g.run, g.task_id, g.samples, g.body)
+        return
     _check_members(g.run, g.task_id, g.samples)
 
 
 def check_scored_group(g: ScoredGroup) -> None:
+    """As ``check_sample_group``; a referenced group's verdicts are checked now, their count and their
+    steps against each text once its samples are read."""
+    if g.body is not None:
+        _check_reference(g.run, g.task_id, g.samples, g.body)
+        if not 1 <= len(g.verdicts) <= MAX_GROUP_SIZE:
+            _fail(f"verdicts holds {len(g.verdicts)} verdicts, not 1 to {MAX_GROUP_SIZE}")
+        for i, v in enumerate(g.verdicts):
+            check_verdict(v, f"verdicts[{i}]")
+        _id("replica", g.replica, empty_ok=True)
+        return
     _check_members(g.run, g.task_id, g.samples)
     if len(g.verdicts) != len(g.samples):
         _fail(f"verdicts holds {len(g.verdicts)} verdicts for {len(g.samples)} samples (one each)")
@@ -424,6 +469,7 @@ __all__ = [
     "MAX_TESTS",
     "MAX_TOKENS",
     "MessageInvalidError",
+    "check_body_ref",
     "check_message",
     "check_sample",
     "check_sample_group",

@@ -14,8 +14,12 @@ Weight reloads come from ``rlvr.rollout.weights_sync`` (announcements on the
 WEIGHTS stream). A prompt the engine rejects as too long still yields ``n``
 samples with ``finish_reason = "rejected"`` so the learner's group accounting
 closes; their text says why ("prompt has 40 tokens > limit 32"); the verifier
-scores them ``parse_error`` and the learner counts the drop. An engine that
-died ends the replica with a non-zero exit.
+scores them ``parse_error`` and the learner counts the drop. A group too
+large for one message goes by reference (its samples in the run's bodies
+bucket, actors/bodies.py); one past ``bus.max_group_bytes`` is published as
+rejected samples in the same way, their text naming the key and the sizes,
+never generated again and again. An engine that died ends the replica with a
+non-zero exit.
 
 With ``[rollout.agent]`` set, the replica serves an ``AgentEndpoint`` and plays
 every task without an ``env`` as ``n`` episodes of that agent
@@ -28,6 +32,7 @@ import time
 
 import anyio
 
+from rlvr.actors.bodies import GroupTooLargeError, publish_group
 from rlvr.actors.consume import ActorFatalError, Consumer, Delivery, Nak
 from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import LatencyMeter, RateMeter
@@ -181,7 +186,7 @@ class RolloutActor:
             return single_turn(await self.engine.generate(task.prompt, task.n, task.sampling))
         except PromptTooLongError as e:
             log.warning("prompt_rejected", reason=str(e))
-            return single_turn(_rejected(task, self.version, str(e)), rejected=True)
+            return single_turn(_rejected(task, self.version, f"{e} (rollout.engine.max_prompt_tokens)"), rejected=True)
         except EngineDeadError as e:
             raise ActorFatalError(f"engine died: {e}") from e
 
@@ -214,13 +219,34 @@ class RolloutActor:
     async def _publish(
         self, task: Task, results: list[EpisodeResult], picked_up: float, generate_s: float
     ) -> None:
-        samples = []
-        measures = [{} for _ in results]
+        measures: list[dict[str, float]] = [{} for _ in results]
         if rlpr.requested(task) is not None and results and not results[0].finish_reason == "rejected":
             # Under the weights that just generated, before any reload (docs/rewards.md, RLPR).
             measures = await rlpr.measure(self.engine, task, results[0].prompt_ids, [r.text for r in results])
-        for i, r in enumerate(results):
-            sample = Sample(
+        # One message for the whole group (protocol/groups.py): a hop costs per message, not per byte.
+        # The task is acked (by the caller) only after its PubAck is in; a failed publish naks the
+        # task, and the group published again is deduplicated by its Nats-Msg-Id. A group too large
+        # for one message goes by reference (actors/bodies.py).
+        samples = self._samples(task, results, measures, picked_up, generate_s)
+        group = SampleGroup(task.run, task.task_id, samples)
+        try:
+            await publish_group(self.ctx.bus, self.ctx.names.rollouts, group, group.msg_id)
+        except GroupTooLargeError as e:
+            # Past every bound (bus.max_group_bytes): generating it again would fail again, a crash loop
+            # that loses it after max_deliver tries, saying nothing. It goes as the group's samples
+            # rejected, naming the key and the sizes: scored parse_error, counted by the learner.
+            log.warning("group_rejected", task_id=task.task_id, reason=e.reason)
+            rejected = single_turn(_rejected(task, self.version, e.reason), rejected=True)
+            group = SampleGroup(task.run, task.task_id,
+                                self._samples(task, rejected, [{} for _ in rejected], picked_up, generate_s))
+            await publish_group(self.ctx.bus, self.ctx.names.rollouts, group, group.msg_id)
+        self.tokens.add(sum(s.completion.policy_tokens() for s in samples))
+        self.samples.add(len(samples))
+
+    def _samples(self, task: Task, results: list[EpisodeResult], measures: list[dict[str, float]], picked_up: float,
+                 generate_s: float) -> list[Sample]:
+        return [
+            Sample(
                 run=task.run,
                 task_id=task.task_id,
                 sample_index=i,
@@ -249,14 +275,8 @@ class RolloutActor:
                     finished_at=time.time(),
                 ),
             )
-            samples.append(sample)
-        # One message for the whole group (protocol/groups.py): a hop costs per message, not per byte.
-        # The task is acked (by the caller) only after its PubAck is in; a failed publish naks the
-        # task, and the group published again is deduplicated by its Nats-Msg-Id.
-        group = SampleGroup(task.run, task.task_id, samples)
-        await self.ctx.bus.publish(self.ctx.names.rollouts, group, msg_id=group.msg_id)
-        self.tokens.add(sum(s.completion.policy_tokens() for s in samples))
-        self.samples.add(len(samples))
+            for i, r in enumerate(results)
+        ]
 
     def abort_in_flight(self) -> int:
         for scope in list(self.abort_scopes):
@@ -287,11 +307,12 @@ class RolloutActor:
 
 
 def _rejected(task: Task, version: int, why: str) -> GroupResult:
-    """``n`` empty generations for a rejected prompt; their text says why (the verifier never reads it: it
-    scores a rejected sample at once, quoting this, so the learner can name the limit and its numbers)."""
+    """``n`` empty generations for a rejected task (a prompt too long, a group too large); their text says
+    why, naming the key (the verifier never reads it: it scores a rejected sample at once, quoting this,
+    so the learner can name the limit and its numbers)."""
     from rlvr.rollout.engines.base import Generation
 
-    empty = Generation(ids=[], logprobs=[], text=f"{why} (rollout.engine.max_prompt_tokens)", finish_reason="abort")
+    empty = Generation(ids=[], logprobs=[], text=why, finish_reason="abort")
     return GroupResult(
         prompt_ids=[], generations=[empty] * task.n, weights_version_min=version, weights_version_max=version
     )

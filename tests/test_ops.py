@@ -318,6 +318,7 @@ def test_the_shipped_users_run_each_role_s_start_up_and_traffic_over_tls(tmp_pat
                 (scored,) = await learn_sub.fetch(1, timeout=3)
                 assert scored.data == b"scored"
                 await scored.ack_sync()
+                await _large_group(names, learn, rollout, verify, samples, learn_sub)
             finally:
                 for b in (learn, rollout, verify):
                     await b.close()
@@ -327,8 +328,29 @@ def test_the_shipped_users_run_each_role_s_start_up_and_traffic_over_tls(tmp_pat
         from rlvr.cli.commands.status import collect_status
 
         st = anyio.run(collect_status, "demo", NatsConfig(**server.nats_section()), 0.2)
-        assert st.policy_version == 1 and st.streams["SCORED"].messages == 1
+        assert st.policy_version == 1 and st.streams["SCORED"].messages == 2
         assert st.consumers["verify"].ack_pending == 0
+
+
+async def _large_group(names, learn, rollout, verify, rollouts_sub, scored_sub) -> None:
+    """A group too large for one message (issue 46), each role as its own user with its real code: the
+    rollout stores its body and publishes the reference, the verifier reads it and publishes its
+    ScoredGroup with the same reference, the learner reads it and deletes the body."""
+    from rlvr.actors.bodies import delete_bodies, publish_group, resolve
+    from rlvr.protocol import SampleGroup, ScoredGroup, decode
+    from tests.actors.bodies_helpers import long_group, scored, stored_bodies
+
+    group = long_group("demo", "demo-big", [300_000, 300_000])  # ~6 MB: past half of 8 MB
+    await publish_group(rollout, names.rollouts, group, group.msg_id)
+    (msg,) = await rollouts_sub.fetch(1, timeout=3)
+    sent = decode(msg.data, SampleGroup)
+    assert sent.body is not None and await resolve(verify, sent) == group
+    await publish_group(verify, names.scored, scored(group), "demo-big/scored", stored=sent.body)
+    await msg.ack_sync()
+    (out,) = await scored_sub.fetch(1, timeout=3)
+    assert await resolve(learn, decode(out.data, ScoredGroup)) == scored(group)
+    await out.ack_sync()
+    assert await delete_bodies(learn, [sent.body.name]) == 1 and await stored_bodies(learn) == {}
 
 
 @needs_yaml

@@ -20,7 +20,11 @@ whole group: one task's samples share their spec): no retry can fix it.
 Plug-in verifiers are imported here once, at start-up, from this role's own
 ``[verify] plugins``; a message naming any other import path is
 dead-lettered, and nothing it names is ever imported. A prompt the rollout
-rejected is scored ``parse_error`` without running a verifier.
+rejected is scored ``parse_error`` without running a verifier. A group too
+large for one message comes by reference (``body``): its samples are read
+from the run's bodies bucket and validated as an inline group's before any
+verifier sees them, and its ScoredGroup goes out with the same reference
+(actors/bodies.py).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from collections import Counter
 
 import anyio
 
+from rlvr.actors import bodies
+from rlvr.actors.bodies import BodyRefusedError, GroupTooLargeError, publish_group
 from rlvr.actors.consume import Consumer, Delivery, Forward, Term
 from rlvr.actors.logs import get_logger
 from rlvr.actors.meters import RateMeter
@@ -78,7 +84,8 @@ class VerifyActor:
                 concurrency=self.cfg.concurrency,
                 task_id_of=lambda g: g.task_id,
                 validate=check_sample_group,  # before any verifier sees it: dead-lettered with the field
-                # A group generated again is a duplicate, not a conflict.
+                # A group generated again is a duplicate, not a conflict. A referenced group's samples
+                # are read later (``handle``): two referenced copies of one task are duplicates.
                 meaning=lambda g: group_meaning(g.samples),
                 keep_alive_every_s=self.cfg.in_progress_every_s,
                 forward=self.forward,
@@ -86,8 +93,18 @@ class VerifyActor:
             await self.consumer.run(ctx.stop)
 
     async def handle(self, group: SampleGroup, delivery: Delivery) -> Term | None:
-        """A group ``forward`` left to a lane: its samples scored in the pool at once, then published."""
+        """A group ``forward`` left to a lane: its samples read first when they travel by reference
+        (actors/bodies.py: a reference to nothing or to other bytes is dead-lettered with the field,
+        a bus fault raised for the consumer to retry), scored in the pool at once, then published
+        with the same reference: the verifier never writes a body."""
         assert self.pool is not None
+        stored = group.body
+        if stored is not None:
+            try:
+                group = await bodies.resolve(self.ctx.bus, group)
+            except (BodyRefusedError, MessageInvalidError) as e:
+                self.outcomes["body_refused"] += 1
+                return Term(e.reason, type(e).__name__, kind="invalid")
         pool, samples = self.pool, group.samples
         verdicts: list[Verdict | None] = [None] * len(samples)
         with hop_span("verify.score", delivery.trace_context, self._span_attributes(group)) as span:
@@ -113,7 +130,12 @@ class VerifyActor:
             scored = self._scored(group, verdicts, span)  # type: ignore[arg-type]
             if isinstance(scored, Term):
                 return scored
-            await self.ctx.bus.publish(self.ctx.names.scored, scored, msg_id=scored_group_msg_id(scored))
+            try:  # the id from the samples themselves, whichever way they travel
+                await publish_group(self.ctx.bus, self.ctx.names.scored, scored, scored_group_msg_id(scored),
+                                    stored=stored)
+            except GroupTooLargeError as e:  # verdicts larger than the samples: no retry makes them fit
+                self.outcomes["group_too_large"] += 1
+                return Term(e.reason, "GroupTooLargeError")
         self._count(scored.verdicts)
         return None
 
@@ -122,7 +144,10 @@ class VerifyActor:
         verdict is known at once (``INLINE_VERIFIERS``, a rejected prompt, a
         failed environment) becomes a ``ScoredGroup`` that the consumer publishes
         with the pull's other results, acking the input once it is stored. None:
-        some sample needs the pool, and the group goes to ``handle``."""
+        some sample needs the pool, and the group goes to ``handle``, as does a group whose
+        samples travel by reference (reading them is I/O)."""
+        if group.body is not None:
+            return None
         try:
             verdicts = [self._verdict_now(s) for s in group.samples]
         except VerifierSpecError as e:

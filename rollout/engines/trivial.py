@@ -17,6 +17,8 @@ Load tests (``lengths``, bench/scale): each completion is as long as a
 reasoning model's, drawn from a lognormal and cut at the task's max_tokens,
 with ids from a real vocabulary's range and ~4 characters of text per token
 ending with "#### <answer>"; ``tokens_per_s`` paces the engine like a decoder.
+With ``sigma = 0`` every completion is exactly ``median_tokens`` long (cut at
+max_tokens): how the tests send samples of 200k and 1M tokens (issue 46).
 """
 
 from __future__ import annotations

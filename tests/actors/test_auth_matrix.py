@@ -28,6 +28,7 @@ OTHER = "other"
 MATRIX_MD = REPO / "bench" / "results" / "permission_matrix.md"
 
 S = f"RLVR_{RUN}_SCORED"
+B = f"rlvr-{RUN}-bodies"
 _SCORED_HIJACK = {  # a rollout's attempt to store forged rewards, and to wipe the replay log
     "name": S, "subjects": [f"rlvr.{RUN}.scored", f"rlvr.{RUN}.rollouts"], "max_msgs": 1,
     "subject_transform": {"src": f"rlvr.{RUN}.rollouts", "dest": f"rlvr.{RUN}.scored"},
@@ -70,12 +71,21 @@ ACTIONS: list[tuple[str, str, str, dict | None]] = [
     ("another run: subscribe to its subjects", "sub", f"rlvr.{OTHER}.>", None),
     ("another run: stream info", "pub", f"$JS.API.STREAM.INFO.RLVR_{OTHER}_SCORED", None),
     ("list every stream with its config", "pub", "$JS.API.STREAM.LIST", {}),
+    # the bodies of groups too large for one message (actors/bodies.py): the rollout writes, verify and
+    # learn read, learn deletes
+    ("write a group's body (a chunk)", "pub", f"$O.{B}.C.matrix", None),
+    ("write a body's meta (or mark it deleted)", "pub", f"$O.{B}.M.bWF0cml4", None),
+    ("look a body up (its meta)", "pub", f"$JS.API.STREAM.MSG.GET.OBJ_{B}", {"last_by_subj": f"$O.{B}.M.bWF0cml4"}),
+    ("read a body's chunks (a consumer on the bodies bucket)", "pub", f"$JS.API.CONSUMER.CREATE.OBJ_{B}",
+     {"stream_name": f"OBJ_{B}", "config": {"ack_policy": "none", "deliver_policy": "all",
+                                           "filter_subject": f"$O.{B}.C.>"}}),
+    ("purge the bodies bucket", "pub", f"$JS.API.STREAM.PURGE.OBJ_{B}", {}),
 ]
 
 _LEARN_ONLY = {"publish tasks", "publish weights announcements", "publish control", "update SCORED (subject transform, max_msgs=1)",
                "purge SCORED", "create a consumer on SCORED", "read the stored run config (KV)",
                "read any KV message by sequence", "write the KV (policy version)", "delete another role's durable",
-               "delete a stream (DEAD)"}
+               "delete a stream (DEAD)", "purge the bodies bucket"}
 EXPECTED: dict[str, set[str]] = {  # action -> the roles allowed to do it; every other role is refused
     **{name: set() for name, *_ in ACTIONS},
     **{name: {"learn"} for name in _LEARN_ONLY},
@@ -89,6 +99,10 @@ EXPECTED: dict[str, set[str]] = {  # action -> the roles allowed to do it; every
     "pull from the rollouts' durable": {"rollout"},
     "read the policy version (KV)": {"learn", "ops"},
     "read the learner's lease (KV)": {"learn", "ops"},
+    "write a group's body (a chunk)": {"rollout"},
+    "write a body's meta (or mark it deleted)": {"rollout", "learn"},
+    "look a body up (its meta)": {"rollout", "verify", "learn"},
+    "read a body's chunks (a consumer on the bodies bucket)": {"verify", "learn"},
 }
 
 
@@ -184,7 +198,9 @@ def _markdown(allowed: dict[str, set[str]]) -> str:
         "",
         "The learner's own work (tasks, weights, the topology, its durable on SCORED, the KV and the object",
         "store) and each role's traffic (rollouts pulling tasks and reading weights, verifiers pulling",
-        "rollouts and publishing scored) all run as these users in `tests/actors/test_secrets_run.py`.",
+        "rollouts and publishing scored) all run as these users in `tests/actors/test_secrets_run.py`; a",
+        "group too large for one message (its body written by the rollout, read by the verifier and the",
+        "learner, deleted by the learner) in `tests/test_ops.py`.",
         "",
     ]
     return "\n".join(lines)
