@@ -31,6 +31,16 @@ allocator's slack (``GPU_OVERHEAD``). The old full-logits log-prob path (about s
 [tokens, V] copies, bench/results/learner_memory.md) is kept as ``full_logits`` for comparing with
 figures measured before the chunking.
 
+Held samples (host memory, never on a GPU): every sample the learner has received and not yet
+settled (custody, group assembly, the step's batch) is decoded Python objects, token ids and
+log-probs as lists. At most (tasks in flight + ``groups_per_step``) x ``group_size`` samples are
+held: a task stays in flight until its complete group is taken into a batch (learner/data/feeder.py),
+and ``learn.oversample`` raises the tasks in flight up to ``MAX_OVERSAMPLE`` times. Each is counted
+at prompt + ``max_tokens`` tokens (an upper bound: the plan does not know the mean length) at
+``HELD_BYTES_PER_TOKEN`` and ``HELD_BYTES_PER_SAMPLE``, measured on a dry learner holding
+DeepSeek-R1's step (bench/held_sample_memory.py: 93 bytes a token for 8,192 samples of 35.8M
+tokens, 111 for the first 1,024; bench/results/held_step_memory.md).
+
 Rollout (one vLLM replica, per GPU of its tensor-parallel group): weights, vLLM's non-KV reserve
 (activation peak of the sampler's logits, CUDA graphs unless ``enforce_eager``), and the KV cache
 that is left of ``gpu_memory_utilization`` x the GPU; 2 x layers x kv width x dtype bytes per
@@ -58,6 +68,11 @@ CHUNK_COPIES = 3.0  # fp32 [chunk, V] buffers the chunked path holds at a time
 # all-reduce (MEMORY_OPT_ALLREDUCE_SIZE); the learner sets neither.
 REDUCE_BUCKET = 500_000_000
 MAX_LIVE_PARAMETERS = 1_000_000_000  # its default zero_optimization.stage3_max_live_parameters
+# What the learner process holds per sample it has received (bench/results/held_step_memory.md: 93 bytes
+# a token over a whole R1 step, 111 over its first eighth; the per-sample term covers the rest of the
+# first eighth's and the structs, spans and custody entries).
+HELD_BYTES_PER_TOKEN = 100
+HELD_BYTES_PER_SAMPLE = 16 * 1024
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2}
 
 
@@ -113,6 +128,11 @@ class RolePlan(msgspec.Struct, frozen=True):
     @property
     def cpu_bytes(self) -> int:
         return peak(self.parts, "cpu")
+
+    @property
+    def host_bytes(self) -> int:
+        """Host memory of parts that never go to a GPU (the learner's held samples, on a GPU plan)."""
+        return peak(self.parts, "host")
 
     @property
     def shortfall(self) -> int:
@@ -189,9 +209,28 @@ def activations(shape: ModelShape, s: LearnerSettings) -> list[Part]:
     return acts
 
 
+class Held(msgspec.Struct, frozen=True):
+    """The samples the learner may hold at once, each counted at ``tokens`` (prompt + max_tokens)."""
+
+    samples: int
+    tokens: int
+
+    @property
+    def bytes(self) -> int:
+        return self.samples * (HELD_BYTES_PER_SAMPLE + self.tokens * HELD_BYTES_PER_TOKEN)
+
+
+def held_part(held: Held, on_gpu: bool) -> Part:
+    """The held samples: host memory beside a GPU plan, the process's own memory on a CPU plan."""
+    return Part(f"held samples: up to {held.samples:,} of <= {held.tokens:,} tokens (custody, groups, the batch)",
+                held.bytes, "host" if on_gpu else "gpu")
+
+
 def learner_plan(shape: ModelShape, s: LearnerSettings, *, ranks: int = 1, budget: int | None = None,
-                 on_gpu: bool = True) -> RolePlan:
+                 on_gpu: bool = True, held: Held | None = None) -> RolePlan:
     parts = model_states(shape, s, ranks, on_gpu) + activations(shape, s)
+    if held is not None:
+        parts.append(held_part(held, on_gpu))
     if s.reference:
         parts.append(Part("reference model (kl_coef > 0)", shape.params * (2 if s.bf16 else 4)))
     if on_gpu:
@@ -240,5 +279,5 @@ def gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB" if abs(n) >= GiB / 10 else f"{n / (1 << 20):.1f} MiB"
 
 
-__all__ = ["GiB", "LearnerSettings", "Part", "RolePlan", "RolloutSettings", "activations", "gib",
+__all__ = ["GiB", "Held", "LearnerSettings", "Part", "RolePlan", "RolloutSettings", "activations", "gib",
            "kv_bytes_per_token", "learner_plan", "model_states", "rollout_plan", "trainable"]

@@ -14,7 +14,7 @@ import msgspec
 
 from rlvr.cli.plan.cost import CostAssumptions, CostEstimate, estimate
 from rlvr.cli.plan.memory import (
-    GiB, LearnerSettings, RolePlan, RolloutSettings, gib, learner_plan, rollout_plan,
+    GiB, Held, LearnerSettings, RolePlan, RolloutSettings, gib, learner_plan, rollout_plan,
 )
 from rlvr.cli.plan.shapes import ModelShape
 
@@ -106,7 +106,8 @@ def make_plan(cfg, shape: ModelShape, *, gpus: int = 1, nodes: int = 1, gpu_byte
     on_gpu = top.gpus > 0
     if s is not None:
         budget = learner_budget(cfg, top)
-        learner = learner_plan(shape, s, ranks=top.learner_ranks, budget=budget, on_gpu=on_gpu)
+        learner = learner_plan(shape, s, ranks=top.learner_ranks, budget=budget, on_gpu=on_gpu,
+                               held=held_samples(cfg, prompt_tokens))
         ds = deepspeed_estimate(shape, s, top.learner_ranks)
         if learner.shortfall:
             where = (f"{gib(budget)} per GPU left by rollout.engine.gpu_memory_utilization on the shared GPU"
@@ -144,6 +145,17 @@ def make_plan(cfg, shape: ModelShape, *, gpus: int = 1, nodes: int = 1, gpu_byte
             learner_gpus=top.learner_ranks, rollout_gpus=top.rollout_gpus, gpus=top.gpus, a=assumptions)
     wanted = r.wanted_seqs if r is not None else 0
     return Plan(shape, top, learner, rollout, fit, wanted, ds, problems, warnings, cost)
+
+
+def held_samples(cfg, prompt_tokens: float | None) -> Held:
+    """The most samples the learner holds at once (cli/plan/memory.py says why): the tasks in flight
+    (raised up to MAX_OVERSAMPLE times by ``learn.oversample``) and one step's batch, each a group."""
+    from rlvr.learner.data.pacing import MAX_OVERSAMPLE
+
+    learn = cfg.learn
+    inflight = learn.inflight_limit * (MAX_OVERSAMPLE if learn.oversample else 1)
+    ptoks = prompt_tokens if prompt_tokens is not None else float(getattr(cfg.rollout.engine, "max_prompt_tokens", 0))
+    return Held(int((inflight + learn.groups_per_step) * learn.group_size), int(ptoks) + learn.sampling.max_tokens)
 
 
 def deepspeed_estimate(shape: ModelShape, s: LearnerSettings, ranks: int) -> dict | None:

@@ -27,9 +27,10 @@ def format_report(findings, plan) -> str:
             continue
         budget = f" of {gib(role.budget)}" if role.budget is not None else ""
         lines.append(f"## {role.role}: {gib(role.gpu_bytes)} per {'GPU' if t.gpus else 'process'}{budget}"
-                     + (f", {gib(role.cpu_bytes)} offloaded to CPU memory" if role.cpu_bytes else ""))
+                     + (f", {gib(role.cpu_bytes)} offloaded to CPU memory" if role.cpu_bytes else "")
+                     + (f", {gib(role.host_bytes)} of host memory" if role.host_bytes else ""))
         for p in role.parts:
-            lines.append(f"   {gib(p.bytes):>12}  {p.name}" + ("  [CPU]" if p.where == "cpu" else "")
+            lines.append(f"   {gib(p.bytes):>12}  {p.name}" + {"cpu": "  [CPU]", "host": "  [host]"}.get(p.where, "")
                          + ("" if set(p.alive) == set(MOMENTS) else f"  (at: {', '.join(p.alive)})"))
         if any(set(p.alive) != set(MOMENTS) for p in role.parts):
             at = at_moments(role.parts, "gpu")  # the process's own memory, GPU or not ("cpu": what offload moves)
