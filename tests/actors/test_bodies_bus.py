@@ -4,7 +4,9 @@ of two 200k-token samples on the embedded server's limits, and of two 1M-token s
 length, a dry learner) and are trained exactly once, their body deleted once their fate is
 committed; a group past ``bus.max_group_bytes`` is counted as rejected, never generated again; and a
 hostile reference (another task's body, another run's name or object, nothing, a wrong digest or
-size) is dead-lettered by the verifier and by the learner, naming the field. ``up`` with a 1M-token
+size) is dead-lettered by the verifier and by the learner, naming the field; a referenced copy
+dead-lettered as a conflict keeps its body, readable through its letter, after its twin is trained
+and committed. ``up`` with a 1M-token
 sample is tests/cli/test_up_long_samples.py."""
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import signal
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
+from rlvr.actors.bodies import resolve, store_body
 from rlvr.learner.custody.checkpoint import CheckpointStore
-from rlvr.protocol import DeadLetter, ScoredGroup, Verdict
+from rlvr.protocol import DeadLetter, SampleGroup, ScoredGroup, Verdict, VerifierSpec, decode
 from rlvr.protocol.groups import scored_group_msg_id
-from tests.actors.bodies_helpers import client_bus, hostile_references, long_group, owner_bus, scored, stored_bodies
+from tests.actors.bodies_helpers import (BIG, client_bus, hostile_references, long_group, owner_bus, scored,
+                                         stored_bodies)
 from tests.actors.natsauth import start_server, stop_server
 from tests.busclient import BusClient
 from tests.conftest import REPO, ActorProcs, wait_for, write_config
@@ -203,3 +208,61 @@ def test_a_group_past_max_group_bytes_is_counted_as_rejected_and_never_generated
     info = bus.consumer("TASKS", "rollout")
     assert info.num_redelivered == 0  # each task generated once: no crash loop
     assert _dead(bus) == [] and "Traceback" not in actors.log_text("rollout-0")
+
+
+def test_a_referenced_copy_dead_lettered_as_a_conflict_keeps_its_body_readable_after_its_twin_is_trained(
+        actors, nats_server, tmp_path):
+    # Two referenced copies of one task that mean other work (another gold): the learner keeps one (the
+    # first here: its group came complete, so it stands) and dead-letters the other as a conflict. Its
+    # body must outlive the step and the commit that delete the kept copy's body: the letter is read
+    # through it.
+    run, out = "aside", tmp_path / "o"
+    cfg = write_config(tmp_path / "run.json", {
+        "run": run, "bus": {"heartbeat_every_s": 0.5, "ack_wait_s": 30.0},
+        "learn": {"group_size": 2, "groups_per_step": 2, "steps": 1, "max_staleness": 1000, "checkpoint_every": 1,
+                  "max_inflight_tasks": 1, "dynamic_sampling": False, "out_dir": str(out)},
+    })
+    first = long_group(run, f"{run}-a", [BIG, 10])
+    other_gold = long_group(run, f"{run}-a", [BIG, 10])
+    other_gold.samples[:] = [msgspec.structs.replace(s, verifier=VerifierSpec("exact", {"gold": "2"}))
+                             for s in other_gold.samples]
+    copies = [scored(first), scored(other_gold)]
+
+    async def publish(groups):
+        bus = await owner_bus(nats_server.url, run)
+        try:
+            refs = []
+            for whole in groups:
+                ref = await store_body(bus, SampleGroup(run, whole.task_id, whole.samples))
+                await bus.publish(bus.names.scored, msgspec.structs.replace(whole, samples=[], body=ref),
+                                  msg_id=scored_group_msg_id(whole))
+                refs.append(ref)
+            return refs
+        finally:
+            await bus.close()
+
+    refs = anyio.run(publish, copies)
+    learner = actors.start("learn", cfg, "learn-0")
+    bus = BusClient(nats_server.url, run)
+    bus.wait_heartbeat(lambda hb: hb.role == "learn" and hb.counters.get("drop_conflict", 0) >= 2, timeout_s=120)
+    anyio.run(publish, [scored(long_group(run, f"{run}-b", [10, 10]))])  # the step's second group
+    assert learner.wait(timeout=300) == 0, actors.log_text("learn-0")[-3000:]
+
+    assert sorted(_trained(out)) == [f"{run}-a/0", f"{run}-a/1", f"{run}-b/0", f"{run}-b/1"]
+    (letter,) = _dead(bus)
+    assert letter.stage == "learn" and letter.kind == "conflict"
+    from_letter = decode(letter.data, ScoredGroup)
+    assert from_letter.body in refs
+    aside = refs.index(from_letter.body)
+    # The kept copy's body went with the commit; the letter's stays, and reads back whole.
+    assert set(_bodies(nats_server.url, run)) >= {refs[aside].name}
+    assert refs[1 - aside].name not in _bodies(nats_server.url, run)
+
+    async def read_back():
+        b = await client_bus(nats_server.url, run)
+        try:
+            return await resolve(b, from_letter)
+        finally:
+            await b.close()
+
+    assert anyio.run(read_back).samples == copies[aside].samples
