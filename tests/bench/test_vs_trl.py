@@ -220,14 +220,14 @@ def test_a_set_override_reaches_both_frameworks_and_the_report(tmp_path):
     from vs_trl import run_rlvr, settings
     from vs_trl.task import Task
 
-    sets = ["learn.dynamic_sampling=false", "learn.engine.optimizer.lr=5e-5"]
+    sets = ["learn.dynamic_sampling=true", "learn.engine.optimizer.lr=5e-5"]  # the built-in config has it off
     spec = importlib.util.spec_from_file_location("vs_trl_script", REPO / "bench" / "vs_trl.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     args = script.parse_args(["--set", sets[0], "--set", sets[1], "--work", str(tmp_path)])
     cfg = Task.load("builtin", overrides=parse_sets(args.set)).cfg
     assert settings.trl_args(cfg)["learning_rate"] == 5e-5  # TRL's settings come from the same config
-    assert settings.differences(cfg)[0][1].startswith("off")
-    assert settings.differences(Task.load("builtin").cfg)[0][1].startswith("on")
+    assert settings.differences(cfg)[0][1].startswith("on")
+    assert settings.differences(Task.load("builtin").cfg)[0][1].startswith("off")
     cmd = run_rlvr.up_command(tmp_path / "c.json", tmp_path / "run", args.set)
     assert cmd[cmd.index("up"):][-4:] == ["--set", sets[0], "--set", sets[1]]  # and rlvr-actor's `up`
