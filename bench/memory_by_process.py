@@ -28,12 +28,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vs_trl.watch import TreeThread  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -84,15 +86,16 @@ def smaps_by_group(pid: int) -> dict[str, dict[str, int]]:
     return dict(out)
 
 
-class TreeSampler:
+class TreeSampler(TreeThread):
     """Samples a process tree on a thread: each process's peaks and time series, the tree's summed RSS,
     USS and PSS, every process's mapping groups at the tree's peak summed RSS (``bench/vs_trl``'s
     figure), and each process's groups at its own peak PSS. Reading smaps costs milliseconds per
     process, so a snapshot is retaken at most every ``snapshot_every_s``."""
 
+    name = "memory-sampler"
+
     def __init__(self, root: int, every_s: float, series_every_s: float = 15.0, snapshot_every_s: float = 5.0) -> None:
-        self.root = psutil.Process(root)
-        self.every_s = every_s
+        super().__init__(root, every_s)
         self.series_every_s = series_every_s  # how often a process's RSS and USS go in its time series
         self.snapshot_every_s = snapshot_every_s
         self._series_at = -series_every_s
@@ -104,22 +107,6 @@ class TreeSampler:
         self.at_peak: dict[int, dict] = {}  # pid -> {"rss": bytes, "groups": smaps groups}, at the tree's peak RSS
         self.at_peak_s = 0.0
         self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
-
-    def __enter__(self) -> TreeSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(self.every_s):
-                return
 
     def sample(self) -> None:
         try:

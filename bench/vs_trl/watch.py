@@ -15,18 +15,19 @@ from pathlib import Path
 import psutil
 
 
-class Watch:
-    def __init__(self, pid: int, every_s: float = 0.5) -> None:
+class TreeThread:
+    """Calls ``sample()`` every ``every_s`` on a thread of its own while in a ``with`` block, for the
+    process ``pid`` and its descendants (``self.root``); subclasses say what a sample reads."""
+
+    name = "tree-sampler"
+
+    def __init__(self, pid: int, every_s: float) -> None:
         self.root = psutil.Process(pid)
         self.every_s = every_s
-        self.peak_rss = 0
-        self.cpu: dict[int, float] = {}
-        self.labels: dict[int, str] = {}
-        self.loads: list[float] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vs-trl-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def __enter__(self) -> Watch:
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -39,6 +40,20 @@ class Watch:
             self.sample()
             if self._stop.wait(self.every_s):
                 return
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class Watch(TreeThread):
+    name = "vs-trl-watch"
+
+    def __init__(self, pid: int, every_s: float = 0.5) -> None:
+        super().__init__(pid, every_s)
+        self.peak_rss = 0
+        self.cpu: dict[int, float] = {}
+        self.labels: dict[int, str] = {}
+        self.loads: list[float] = []
 
     def sample(self) -> None:
         try:
