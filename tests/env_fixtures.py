@@ -63,7 +63,8 @@ class ForksAndHangsParams(Struct, frozen=True):
 
 class ForksAndHangsEnv(QuizEnv):
     """A step that starts a program (which starts one of its own) and then blocks its thread waiting
-    for it, never yielding: a user's tool wrapper that hangs. Each process notes its pid in ``pid_dir``."""
+    for it, never yielding: a user's tool wrapper that hangs. The program notes its own pid and its
+    child's in ``pid_dir``."""
 
     Params = ForksAndHangsParams
 
