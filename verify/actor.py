@@ -45,7 +45,8 @@ from rlvr.protocol.groups import group_meaning, scored_group_msg_id
 from rlvr.protocol.samples import ENV_FAILURES
 from rlvr.protocol.validate import MessageInvalidError, check_sample_group, check_verdict
 from rlvr.verify.config import VerifyConfig
-from rlvr.verify.pool import INLINE_VERIFIERS, VerifierPool
+from rlvr.verify.inline import INLINE_CANDIDATES
+from rlvr.verify.pool import VerifierPool
 from rlvr.sandbox.base import SandboxUnavailableError
 from rlvr.sandbox.levels import choose_level
 from rlvr.sandbox.levels import gauges as sandbox_gauges
@@ -141,7 +142,7 @@ class VerifyActor:
 
     def forward(self, group: SampleGroup, delivery: Delivery) -> Forward | Term | None:
         """The fast path, run by the consumer as it pulls: a group whose every
-        verdict is known at once (``INLINE_VERIFIERS``, a rejected prompt, a
+        verdict is known at once (``rlvr.verify.inline``, a rejected prompt, a
         failed environment) becomes a ``ScoredGroup`` that the consumer publishes
         with the pull's other results, acking the input once it is stored. None:
         some sample needs the pool, and the group goes to ``handle``, as does a group whose
@@ -175,7 +176,7 @@ class VerifyActor:
             head = f"episode ended {e.end_reason} ({e.environment}): "
             return Verdict(0.0, "error", sample.verifier.name, detail=head + e.detail[-(2000 - len(head)):])
         assert self.pool is not None
-        if sample.verifier.name not in INLINE_VERIFIERS:
+        if sample.verifier.name not in INLINE_CANDIDATES:
             return None
         return self.pool.verify_now(sample.verifier, sample.text, context_for_sample(sample, self.sandbox))
 

@@ -9,7 +9,8 @@ for a ``format`` part, 1.0 for anything else. With ``overlong`` set, DAPO's
 soft length penalty is added as the component ``overlong``.
 
 Every part runs in the same worker process, one after the other, under the
-pool's one timeout. Composites do not nest.
+pool's one timeout; or in the verifier's own process when every part may
+(``rlvr.verify.inline``: ``exact``, ``random``, a linear ``regex``). Composites do not nest.
 """
 
 from __future__ import annotations
@@ -58,8 +59,17 @@ def component_names(parts: list[CompositePart]) -> list[str]:
     return names
 
 
-def _bind(p: CompositeParams) -> list[BoundVerifier]:
-    return [resolve(VerifierSpec(name=part.name, params=part.params)) for part in p.parts]
+_last_bound: tuple[CompositeParams, list[BoundVerifier]] | None = None
+
+
+def bind_parts(p: CompositeParams) -> list[BoundVerifier]:
+    """The parts, resolved; the same params object as the last call's (a group's samples
+    share one) reuses that binding."""
+    global _last_bound
+    last = _last_bound  # read once: another thread may replace it
+    if last is None or last[0] is not p:
+        last = _last_bound = (p, [resolve(VerifierSpec(name=part.name, params=part.params)) for part in p.parts])
+    return last[1]
 
 
 def _check(p: CompositeParams) -> None:
@@ -82,7 +92,7 @@ def _check(p: CompositeParams) -> None:
 
 def score_composite(completion: str, p: CompositeParams, ctx: VerifyContext) -> Verdict:
     components: dict[str, float] = {}
-    verdicts = [bound(completion, ctx) for bound in _bind(p)]
+    verdicts = [bound(completion, ctx) for bound in bind_parts(p)]
     reward = 0.0
     for i, (key, part, v) in enumerate(zip(component_names(p.parts), p.parts, verdicts)):
         components[key] = v.reward
@@ -111,4 +121,4 @@ def score_composite(completion: str, p: CompositeParams, ctx: VerifyContext) -> 
 
 COMPOSITE = Verifier("composite", CompositeParams, score_composite, check=_check)
 
-__all__ = ["COMPOSITE", "CompositePart", "CompositeParams", "component_names", "part_weight", "score_composite"]
+__all__ = ["COMPOSITE", "CompositePart", "CompositeParams", "bind_parts", "component_names", "part_weight", "score_composite"]

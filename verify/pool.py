@@ -30,9 +30,10 @@ could be guaranteed. Here each worker is started with ``anyio.open_process``
 in its own session, talking length-prefixed msgpack over its stdin/stdout
 pipes (``rlvr.verify.pool_worker``).
 
-The exception: ``INLINE_VERIFIERS`` (``exact``, ``random``), built-ins that
-cannot hang, run in the caller's process, since a round trip to a worker
-costs more than they do.
+The exception: built-ins that provably finish in time linear in the
+completion (``exact``, ``random``, a ``regex`` whose pattern is linear, a
+``composite`` of these: ``rlvr.verify.inline``) run in the caller's process,
+since a round trip to a worker costs more than they do.
 
 Not covered here: which verifier does what (``rlvr.verify.registry``), NATS
 (the verifier actor), sandboxing untrusted code (``rlvr.sandbox``).
@@ -71,18 +72,9 @@ from rlvr.verify.pool_worker import (
     frame,
     reply_decoder,
 )
+from rlvr.verify.inline import runs_inline
 from rlvr.verify.registry import BoundVerifier, VerifyContext, get, load_plugins, resolve
 from rlvr.verify.registry import plugins as loaded_plugins
-
-
-
-# Built-ins run in the caller's process, not a worker: pure stdlib string work whose
-# cost is linear in the completion (which validation bounds), that cannot hang, touch
-# the file system or import anything. A worker round trip costs ~40 us of the role's
-# CPU, more than these take (bench/bus_hop.py). Every other verifier, plug-ins
-# included, runs in a killable worker. A name here cannot be taken by a plug-in
-# (``register`` refuses built-in names).
-INLINE_VERIFIERS = frozenset({"exact", "random"})
 
 
 class WorkerStartError(RuntimeError):
@@ -208,6 +200,7 @@ class VerifierPool:
         self._queue: deque[_Pending] = deque()  # calls waiting for a worker, oldest first
         self._queued = anyio.Event()  # set when a call is queued; wakes the dispatcher
         self._closed = False
+        self._last_spec: tuple[VerifierSpec, BoundVerifier, bool] | None = None  # verify_now's last resolve
         self._batches = 0  # requests sent to workers (each holds one or more calls)
 
     @classmethod
@@ -367,11 +360,16 @@ class VerifierPool:
         return call.verdict
 
     def verify_now(self, spec: VerifierSpec, completion: str, ctx: VerifyContext | None = None) -> Verdict | None:
-        """The verdict of one of ``INLINE_VERIFIERS``, computed here and now; None
-        for any other verifier (``verify`` sends it to a worker). Raises
+        """The verdict of a verifier that runs inline (``rlvr.verify.inline``), computed
+        here and now; None for any other (``verify`` sends it to a worker). Raises
         ``VerifierSpecError`` for an unknown verifier or bad params."""
-        bound = resolve(spec)
-        if spec.name not in INLINE_VERIFIERS:
+        if self._last_spec is not None and spec == self._last_spec[0]:  # a group's samples share their spec
+            bound, inline = self._last_spec[1], self._last_spec[2]
+        else:
+            bound = resolve(spec)
+            inline = runs_inline(bound)
+            self._last_spec = (spec, bound, inline)
+        if not inline:
             return None
         if self._closed:
             raise anyio.ClosedResourceError("the verifier pool is closed")
@@ -463,7 +461,7 @@ class VerifierPool:
                 self._discard(worker)
 
     def _inline(self, bound: BoundVerifier, completion: str, ctx: VerifyContext) -> Verdict:
-        """Run one of ``INLINE_VERIFIERS`` here; an exception is outcome ``error``, as from a worker."""
+        """Run an inline verifier here; an exception is outcome ``error``, as from a worker."""
         started = time.perf_counter()
         try:
             verdict = bound(completion, ctx)

@@ -7,7 +7,9 @@ outcome ``ok`` / ``wrong``; an answer that cannot be found (the marker is
 absent) is ``parse_error`` with reward 0.
 
 A pathological pattern (catastrophic backtracking) is not guarded against
-here: verifiers run in the pool's killable workers under a hard timeout.
+here: a ``regex`` runs in the verifier's own process only when its pattern is
+proven linear (``rlvr.verify.inline``, ``rlvr.verify.linear_regex``); any other
+runs in the pool's killable workers under a hard timeout.
 """
 
 from __future__ import annotations
@@ -101,10 +103,14 @@ class RegexParams(Struct, frozen=True, forbid_unknown_fields=True):
     multiline: bool = False
 
 
-def _compile(p: RegexParams) -> re.Pattern[str]:
+def regex_flags(p: RegexParams) -> int:
+    """The ``re`` flags the params ask for."""
     flags = (re.IGNORECASE if p.ignore_case else 0) | (re.DOTALL if p.dotall else 0)
-    flags |= re.MULTILINE if p.multiline else 0
-    return _compiled(p.pattern, flags)
+    return flags | (re.MULTILINE if p.multiline else 0)
+
+
+def _compile(p: RegexParams) -> re.Pattern[str]:
+    return _compiled(p.pattern, regex_flags(p))
 
 
 _cache: dict[tuple[str, int], re.Pattern[str]] = {}
@@ -138,4 +144,4 @@ def score_regex(completion: str, p: RegexParams, ctx: VerifyContext) -> Verdict:
 EXACT = Verifier("exact", ExactParams, score_exact, check=_check_exact)
 REGEX = Verifier("regex", RegexParams, score_regex, check=_check_regex)
 
-__all__ = ["EXACT", "REGEX", "ExactParams", "RegexParams", "extract_after", "score_exact", "score_regex"]
+__all__ = ["EXACT", "REGEX", "ExactParams", "RegexParams", "extract_after", "regex_flags", "score_exact", "score_regex"]

@@ -410,24 +410,47 @@ def test_a_batch_of_real_model_answers_gets_the_verdicts_each_would_get_alone():
 
 
 def test_inline_builtins_run_in_the_caller_with_the_verdict_a_worker_gives_and_plugins_never_do():
-    from rlvr.verify.pool import INLINE_VERIFIERS
     from rlvr.verify.registry import resolve
 
     exact = VerifierSpec("exact", {"gold": "42", "after": "####"})
+    # The built-in example's reward: exact plus a format regex that is linear, so inline too.
+    builtin = VerifierSpec("composite", {"parts": [
+        {"name": "exact", "params": {"gold": "42"}},
+        {"name": "regex", "params": {"pattern": "^-?[0-9]+$", "mode": "full"}, "weight": 0.2, "component": "format"}]})
     cases = ["#### 42", "#### 41", "no marker", " ####  42 \n"]
 
     async def body(pool):
         inline = [await pool.verify(exact, c) for c in cases]
+        composite = [await pool.verify(builtin, c) for c in ("42", "41", "forty-two")]
         after_inline = pool.stats()
         plugin = await pool.verify(spec("PID"), "x")  # a plug-in: always a worker, never this process
-        return inline, after_inline, plugin, pool.stats()
+        return inline, composite, after_inline, plugin, pool.stats()
 
-    inline, after_inline, plugin, stats = run_with_pool(body, size=1)
-    assert INLINE_VERIFIERS == {"exact", "random"}
+    inline, composite, after_inline, plugin, stats = run_with_pool(body, size=1)
     # The same verdicts as the verifier called directly (what a worker runs), latency measured.
     direct = [resolve(exact)(c) for c in cases]
     assert [(v.reward, v.outcome, v.extracted) for v in inline] == [(v.reward, v.outcome, v.extracted) for v in direct]
-    assert all(v.latency_s > 0 for v in inline)
-    assert after_inline["batches"] == 0.0 and after_inline["verified"] == 4.0  # no worker involved, still counted
+    assert [(v.reward, v.outcome, v.components) for v in composite] == [
+        (1.2, "ok", {"accuracy": 1.0, "format": 1.0}), (0.2, "wrong", {"accuracy": 0.0, "format": 1.0}),
+        (0.0, "wrong", {"accuracy": 0.0, "format": 0.0})]
+    assert all(v.latency_s > 0 for v in inline + composite)
+    assert after_inline["batches"] == 0.0 and after_inline["verified"] == 7.0  # no worker involved, still counted
     assert plugin.outcome == "ok" and int(plugin.detail.split(",")[0]) != os.getpid()
     assert stats["batches"] == 1.0
+
+
+def test_a_regex_that_backtracks_catastrophically_runs_in_a_worker_and_times_out_never_in_the_caller():
+    # (a+)+$ on a run of a's that ends badly takes 2^n steps: inline, it would hold the event loop
+    # for hours. It is not proven linear, so a worker runs it and the pool's hard timeout ends it.
+    catastrophic = VerifierSpec("regex", {"pattern": "(a+)+$", "mode": "full"})
+    in_composite = VerifierSpec("composite", {"parts": [
+        {"name": "exact", "params": {"gold": "a"}}, {"name": "regex", "params": {"pattern": "(a+)+$", "mode": "full"}}]})
+    text = "a" * 60 + "!"
+
+    async def body(pool):
+        return [await pool.verify(catastrophic, text), await pool.verify(in_composite, text)], pool.stats()
+
+    verdicts, stats = run_with_pool(body, size=1, timeout_s=1.0)
+    assert [v.outcome for v in verdicts] == ["timeout", "timeout"]
+    assert all(v.reward == 0.0 for v in verdicts)
+    assert stats["batches"] == 2.0  # both went to a worker
