@@ -108,7 +108,8 @@ class LearnActor:
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
         # Tasks in flight and short steps (learner/data/pacing.py: oversample, min_groups_per_step).
         self.pacing = Pacing(cfg.inflight_limit, cfg.groups_per_step, oversample=cfg.oversample,
-                             min_groups_per_step=cfg.min_groups_per_step)
+                             min_groups_per_step=cfg.min_groups_per_step,
+                             refill=cfg.dynamic_sampling_refill or not cfg.dynamic_sampling)
         self.last_record: StepRecord | None = None
         self.checkpoint_disk_full = 0  # failed checkpoint writes on a full disk, each retried (heartbeat counter)
         # Made by _restore, once the bus and the checkpoint are at hand.
@@ -286,6 +287,7 @@ class LearnActor:
             self.pacing.filtered(bool(result.kept))
             feeder.max_inflight = self.pacing.inflight()
             self.failures.raise_if_cannot_learn()
+        self.pacing.stepped()
         return batch
 
     async def _next_group(self) -> Group:

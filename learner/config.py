@@ -196,6 +196,11 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Step with fewer kept groups than groups_per_step, at least this many, when no other complete
     # group is waiting (0: always a full batch). The loss is a token mean: a smaller step is noisier.
     min_groups_per_step: Annotated[int, Meta(ge=0)] = 0
+    # With dynamic_sampling: true (DAPO's), a dropped group is replaced before the step, so every step
+    # trains groups_per_step groups with signal and waits for them; false, a step takes the next
+    # groups_per_step complete groups and trains the ones with signal: no wait, no forward or backward
+    # on groups whose advantages are all 0 (learner/data/pacing.py).
+    dynamic_sampling_refill: bool = True
     # Population std of a group's rewards at or below which dynamic sampling drops it.
     zero_variance_eps: Annotated[float, Meta(ge=0)] = 1e-6
     # A group not complete after this many seconds is dropped as "partial".
@@ -249,6 +254,10 @@ class LearnConfig(Struct, frozen=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         check_collective(self)
+        if not self.dynamic_sampling_refill and (self.oversample or self.min_groups_per_step):
+            key = "learn.oversample" if self.oversample else "learn.min_groups_per_step"
+            raise ValueError(f"{key} paces refilled batches; with learn.dynamic_sampling_refill = false "
+                             "no dropped group is refilled (remove one of the two)")
         if self.train_verifier is not None:
             train_dataset(self)  # the override fits this dataset kind's verifier, or the key is named
         # The learner recomputes log-probs at its engine's temperature; they

@@ -81,7 +81,11 @@ DIFFERENCES = [
 def differences(cfg) -> list[tuple[str, str, str]]:
     """``DIFFERENCES`` with the dynamic-sampling row as ``cfg`` sets it (``--set learn.dynamic_sampling=false``
     makes rlvr-actor train zero-variance groups at advantage 0, as TRL does)."""
-    if cfg.learn.dynamic_sampling:
+    if cfg.learn.dynamic_sampling and cfg.learn.dynamic_sampling_refill:
         return DIFFERENCES
+    if cfg.learn.dynamic_sampling:
+        return [("dynamic sampling (drop zero-variance groups)", "on, not refilled (`learn.dynamic_sampling_refill = "
+                 "false`): a step takes the next B groups and trains the ones with signal, without waiting",
+                 DIFFERENCES[0][2]), *DIFFERENCES[1:]]
     return [("dynamic sampling (drop zero-variance groups)", "off (`learn.dynamic_sampling = false`): such groups "
              "are trained at advantage 0, as in TRL", "not offered (the same)"), *DIFFERENCES[1:]]

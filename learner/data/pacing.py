@@ -15,6 +15,11 @@ for another round of generation: on the built-in example 0.2-0.3 s of a 0.6 s st
   ``k``, when no other complete group is waiting: the optimizer never idles while a batch fills.
   The loss is a mean over the step's tokens, so a smaller step is a noisier step, not a larger one.
 
+And one that refills nothing: ``dynamic_sampling_refill = false``. A step goes once
+``groups_per_step`` complete groups went through the filters since the last step, with the ones kept
+(at least one): the feeder's pace is that of dynamic sampling off, and the learner spends no forward
+or backward on groups whose advantages are all 0, nor counts their tokens in the token mean.
+
 Pure: no bus, no clock. ``learner/actor.py`` asks it at each group and each step.
 """
 
@@ -27,16 +32,23 @@ MAX_OVERSAMPLE = 4.0  # tasks in flight never exceed this many times the configu
 
 class Pacing:
     def __init__(self, inflight_limit: int, groups_per_step: int, *, oversample: bool = False,
-                 min_groups_per_step: int = 0, window: int = 64) -> None:
+                 min_groups_per_step: int = 0, refill: bool = True, window: int = 64) -> None:
         self.base = inflight_limit
         self.groups_per_step = groups_per_step
         self.oversample = oversample
         self.min_groups = min(min_groups_per_step, groups_per_step) if min_groups_per_step else groups_per_step
+        self.refill = refill
         self._kept: deque[bool] = deque(maxlen=window)
+        self._filtered_since_step = 0
 
     def filtered(self, kept: bool) -> None:
         """One complete training group went through the filters."""
         self._kept.append(kept)
+        self._filtered_since_step += 1
+
+    def stepped(self) -> None:
+        """A step took its batch."""
+        self._filtered_since_step = 0
 
     def kept_share(self) -> float | None:
         """The share of recent groups kept (None until a few were seen)."""
@@ -55,9 +67,12 @@ class Pacing:
     def step_now(self, kept_groups: int, waiting_groups: int) -> bool:
         """Whether a step should go with ``kept_groups`` kept so far, ``waiting_groups`` complete
         groups waiting to be filtered: a full batch always; a short one of at least
-        ``min_groups_per_step`` only when nothing else is waiting."""
+        ``min_groups_per_step`` only when nothing else is waiting. Without refill: once
+        ``groups_per_step`` groups were filtered since the last step, with what they kept (at least one)."""
         if kept_groups >= self.groups_per_step:
             return True
+        if not self.refill:
+            return kept_groups >= 1 and self._filtered_since_step >= self.groups_per_step
         return kept_groups >= self.min_groups and waiting_groups == 0
 
 

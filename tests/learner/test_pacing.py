@@ -34,3 +34,32 @@ def test_a_full_batch_always_steps_and_a_short_one_only_above_the_minimum_with_n
     assert not p.step_now(3, waiting_groups=0)
     assert not p.step_now(5, waiting_groups=2)  # groups are waiting: take them first
     assert p.step_now(5, waiting_groups=0)
+
+
+def test_without_refill_a_step_takes_the_next_batch_of_groups_with_what_they_kept_and_never_an_empty_one():
+    p = Pacing(32, 4, refill=False)
+    kept = 0
+    for flat in (False, True, False, True):  # two of four groups carry signal
+        assert not p.step_now(kept, waiting_groups=0)
+        p.filtered(not flat)
+        kept += not flat
+    assert p.step_now(kept, waiting_groups=3)  # four filtered: step on the two kept, even with more waiting
+    p.stepped()
+    for _ in range(4):  # a batch of four flat groups: nothing to train, so no step yet
+        p.filtered(False)
+        assert not p.step_now(0, waiting_groups=0)
+    p.filtered(True)  # the first group with signal: the step goes with it
+    assert p.step_now(1, waiting_groups=0)
+    assert p.inflight() == 32  # the feeder's pace is that of dynamic sampling off
+
+
+def test_refill_off_with_oversampling_or_a_minimum_is_a_config_error_naming_the_key():
+    import msgspec
+    import pytest
+
+    from rlvr.learner.config import LearnConfig
+
+    for key, value in (("oversample", True), ("min_groups_per_step", 4)):
+        with pytest.raises(msgspec.ValidationError, match=f"learn.{key}"):
+            msgspec.convert({"dynamic_sampling_refill": False, key: value}, LearnConfig)
+    assert not msgspec.convert({"dynamic_sampling_refill": False}, LearnConfig).dynamic_sampling_refill
