@@ -107,9 +107,7 @@ class LearnActor:
         self.last_step_at = time.monotonic()
         self.ready_send, self.ready_recv = anyio.create_memory_object_stream[Group](10_000)
         # Tasks in flight and short steps (learner/data/pacing.py: oversample, min_groups_per_step).
-        self.pacing = Pacing(cfg.inflight_limit, cfg.groups_per_step, oversample=cfg.oversample,
-                             min_groups_per_step=cfg.min_groups_per_step,
-                             refill=cfg.dynamic_sampling_refill or not cfg.dynamic_sampling)
+        self.pacing = Pacing.for_run(cfg)
         self.last_record: StepRecord | None = None
         self.checkpoint_disk_full = 0  # failed checkpoint writes on a full disk, each retried (heartbeat counter)
         # Made by _restore, once the bus and the checkpoint are at hand.

@@ -41,6 +41,13 @@ class Pacing:
         self._kept: deque[bool] = deque(maxlen=window)
         self._filtered_since_step = 0
 
+    @classmethod
+    def for_run(cls, cfg) -> Pacing:
+        """The pacing ``[learn]`` asks for (a ``LearnConfig``); refill only matters with dynamic sampling on."""
+        return cls(cfg.inflight_limit, cfg.groups_per_step, oversample=cfg.oversample,
+                   min_groups_per_step=cfg.min_groups_per_step,
+                   refill=cfg.dynamic_sampling_refill or not cfg.dynamic_sampling)
+
     def filtered(self, kept: bool) -> None:
         """One complete training group went through the filters."""
         self._kept.append(kept)
