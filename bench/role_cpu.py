@@ -71,6 +71,10 @@ def run_once(args: argparse.Namespace, work: Path) -> dict:
         "samples_trained": summary["samples_trained"], "wall_s": round(wall, 1), "load1_before": round(load, 2),
         "load1_mean": watch.summary()["load1_mean"],
         "train_s_median": round(statistics.median(r["train_s"] for r in steps), 4) if steps else None,
+        "train_s_mean": round(statistics.fmean(r["train_s"] for r in steps), 4) if steps else None,
+        "wait_s_mean": round(statistics.fmean(r["wait_s"] for r in steps), 4) if steps else None,
+        # The learner's loop from its first step to its last: waiting, training and publishing.
+        "loop_s": round(sum(r["wait_s"] + r["train_s"] + r.get("publish_s", 0.0) for r in steps), 1),
         "wait_s_median": round(statistics.median(r["wait_s"] for r in steps), 4) if steps else None,
         "cpu_s_by_process": cpu, "prepare_cpu_s": cpu.get("prepare", 0.0),
         "cpu_s_per_1000_samples": per_k,

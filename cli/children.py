@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from rlvr.actors.lifeline import UP_PID_ENV
+from rlvr.cli.cpus import CpuSplit
 
 # torch.distributed variables from the calling environment (a test process
 # that built an engine, a torchrun job) would make every child try the same
@@ -61,8 +62,9 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def spawn_role(role: str, replica: str, config_file: Path, log_dir: Path, *, threads: int = 0,
-               extra_env: dict[str, str] | None = None) -> Child:
-    env = child_env(PYTHONUNBUFFERED="1", **(extra_env or {}))
+               extra_env: dict[str, str] | None = None, cpus: CpuSplit | None = None) -> Child:
+    """Start one role child; ``cpus``: the run's CPU split, the child pins itself to its side."""
+    env = child_env(PYTHONUNBUFFERED="1", **(extra_env or {}), **(cpus.env(role) if cpus else {}))
     if threads:
         n = str(threads)
         env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)

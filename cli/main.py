@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         command.add_arguments(parser)
         return command.run(parse_into(parser, argv, command.Args))
     args = parse_into(_role_parser(), argv, RoleArgs)
+    from rlvr.cli.cpus import pin_self_from_env
+
+    pin_self_from_env()  # `up` gave this role its CPUs (cli/cpus.py): before torch starts a thread
     from rlvr.cli.roles import role_main  # the runtime: NATS, tracing; only once the arguments hold
 
     return role_main(args)

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlvr.cli.cpus import pin_process
+
 _LISTEN = re.compile(r"Listening for client connections on [^:\s]+:(\d+)")
 # As ops/nats/single.conf (the reasons are there): what the shipped deployments serve.
 MAX_PAYLOAD = "8MB"
@@ -47,8 +49,9 @@ class NatsServer:
     """A nats-server process: ``with NatsServer(store_dir) as srv: srv.url``."""
 
     def __init__(self, store_dir: str | Path, *, port: int = -1, log_file: str | Path | None = None,
-                 max_payload: str = MAX_PAYLOAD) -> None:
+                 max_payload: str = MAX_PAYLOAD, cpus: frozenset[int] | None = None) -> None:
         self.store_dir = Path(store_dir)
+        self.cpus = cpus  # the CPUs it may use (`up`'s split: cli/cpus.py); None: every one
         self.port = port
         self.max_payload = max_payload  # a test may serve a smaller one
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
@@ -68,7 +71,9 @@ class NatsServer:
                 "-p", str(self.port)]
         # Own session: a Ctrl-C in the terminal reaches `up`, which stops the
         # server last, after the actors have drained.
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # GOMAXPROCS: Go sizes its scheduler from the CPUs it sees at start, before it is pinned.
+        env = dict(os.environ, GOMAXPROCS=str(len(self.cpus))) if self.cpus else None
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -76,6 +81,8 @@ class NatsServer:
             if (m := _LISTEN.search(text)) is not None:
                 self.port = int(m.group(1))
             if "Server is ready" in text and self.port > 0:
+                if self.cpus:
+                    pin_process(self.proc.pid, self.cpus)  # every thread; those it makes later inherit
                 return self
             if self.proc.poll() is not None:
                 raise NatsServerStartError(f"nats-server exited with {self.proc.returncode}:\n{text[-2000:]}")

@@ -109,7 +109,8 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
 
     from rlvr.actors.runtime import serve
 
-    log.info("config_resolved", config=msgspec.to_builtins(cfg))
+    log.info("config_resolved", config=msgspec.to_builtins(cfg),
+             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
     ok = False
     try:
         anyio.run(

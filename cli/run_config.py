@@ -44,6 +44,11 @@ class UpConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # rollout generates the next batch while the learner trains, and a second OpenMP thread
     # beside it made the steps 1.7-4x slower (bench/results/learner_threads.md).
     learner_threads: Annotated[int, Meta(ge=0)] = 0
+    # With learner_threads set and more CPUs than it: the learner gets the last learner_threads
+    # CPUs to itself, and every other process of the run (rollout, verifiers, nats-server) the
+    # others (cli/cpus.py; docs/benchmarks.md, "The learner on a core of its own"). False: every
+    # process may run on every CPU.
+    pin_learner: bool = True
     # Seconds to wait for children to exit after Ctrl-C before killing them.
     stop_timeout_s: Seconds = 15.0
     # "live": one compact panel on a TTY; "plain": progress lines; "logs": child logs.

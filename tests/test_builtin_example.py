@@ -71,3 +71,17 @@ def test_short_builtin_example_runs_end_to_end(tmp_path):
     for s in spans:
         services_of[s["trace_id"]].add(s["service"])
     assert any(services_of[t] == {"rlvr-learn", "rlvr-rollout", "rlvr-verify"} for t in feeder_traces)
+
+    # up.learner_threads = 1 on a machine with more CPUs: the learner has the last one to itself,
+    # every other role (and their workers) the others (cli/cpus.py).
+    usable = sorted(os.sched_getaffinity(0))
+    cpus = {log.stem: _logged_cpus(log) for log in (run_dir / "logs").glob("*-[0-9].log")}
+    assert set(cpus) >= {"learn-0", "rollout-0", "verify-0"}
+    if len(usable) > 1:
+        assert cpus.pop("learn-0") == usable[-1:] and all(c == usable[:-1] for c in cpus.values()), cpus
+        assert "[up] cores: learner on CPU" in out.stdout
+
+
+def _logged_cpus(log) -> list[int]:
+    line = next(line for line in log.read_text().splitlines() if '"config_resolved"' in line)
+    return json.loads(line)["cpus"]

@@ -41,6 +41,7 @@ from rlvr.cli.autoscale.fleet import Fleet
 from rlvr.cli.autoscale.scaler import Autoscaler
 from rlvr.cli.autoscale.scaler import summary as autoscale_summary
 from rlvr.cli.children import Child, child_env, spawn_role
+from rlvr.cli.cpus import CpuSplit, split_for
 from rlvr.cli.natsserver import NatsServer
 from rlvr.cli.run_config import Config, ConfigError, dump_config, load_config
 from rlvr.cli.ui.display import make_display
@@ -121,7 +122,9 @@ def run(args: Args) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     started, started_at = time.monotonic(), time.time()
-    server = NatsServer(run_dir / "nats", log_file=run_dir / "logs" / "nats-server.log").start()
+    cpus = split_for(cfg.up)
+    server = NatsServer(run_dir / "nats", log_file=run_dir / "logs" / "nats-server.log",
+                        cpus=cpus.others if cpus else None).start()
     children: list[Child] = []
     scaler: Autoscaler | None = None
     code = 0
@@ -145,14 +148,16 @@ def run(args: Args) -> int:
         config_file.write_bytes(dump_config(cfg))
         display.info(f"run dir {run_dir}")
         display.info(f"nats-server on {server.url} (store {run_dir / 'nats'})")
+        if cpus is not None:
+            display.info(f"cores: {cpus.describe()} (up.pin_learner)")
         plan = [("learn", 1), ("rollout", cfg.up.rollout_replicas)]
         if not cfg.autoscale.enabled:
             plan.append(("verify", cfg.up.verify_replicas))
         for role, count in plan:
             for i in range(count):
-                children.append(_spawn(role, f"{role}-{i}", config_file, run_dir, cfg))
+                children.append(_spawn(role, f"{role}-{i}", config_file, run_dir, cfg, cpus))
         if cfg.autoscale.enabled:
-            scaler = _autoscaler(cfg, config_file, run_dir, display)
+            scaler = _autoscaler(cfg, config_file, run_dir, display, cpus)
         display.info("started " + ", ".join(f"{c.replica} (pid {c.proc.pid})" for c in _running(children, scaler)))
         code = _supervise(children, stop, display, scaler)
     finally:
@@ -241,16 +246,16 @@ def _resolve_engine(cfg: Config, display) -> Config:
     return cfg
 
 
-def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Config) -> Child:
+def _spawn(role: str, replica: str, config_file: Path, run_dir: Path, cfg: Config, cpus: CpuSplit | None) -> Child:
     threads = cfg.up.learner_threads if role == "learn" and cfg.up.learner_threads else cfg.up.threads_per_process
     return spawn_role(role, replica, config_file, run_dir / "logs", threads=threads,
-                      extra_env={"RLVR_RUN_DIR": str(run_dir)})
+                      extra_env={"RLVR_RUN_DIR": str(run_dir)}, cpus=cpus)
 
 
-def _autoscaler(cfg: Config, config_file: Path, run_dir: Path, display) -> Autoscaler:
+def _autoscaler(cfg: Config, config_file: Path, run_dir: Path, display, cpus: CpuSplit | None) -> Autoscaler:
     """The verifier replicas under an autoscaler: it starts them and owns them."""
     a = cfg.autoscale
-    fleet = Fleet(lambda name: _spawn("verify", name, config_file, run_dir, cfg), role="verify",
+    fleet = Fleet(lambda name: _spawn("verify", name, config_file, run_dir, cfg, cpus), role="verify",
                   drain_deadline_s=cfg.bus.drain_timeout_s + 10)
     fleet.start(min(a.max_replicas, max(a.min_replicas, cfg.up.verify_replicas)))
     return Autoscaler(a, fleet, run=cfg.run, nats_cfg=cfg.nats, heartbeat_every_s=cfg.bus.heartbeat_every_s,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from rlvr.cli.children import Child, child_env, spawn_role
+from rlvr.cli.cpus import split_for
 from rlvr.cli.stages.config import RejectionSFTStage, RLStage, SFTStage, stage_learn, stage_name
 from rlvr.cli.stages.record import StageRecord, StageResult, load_record, save_record
 from rlvr.cli.stages.summary import stage_lines
@@ -344,7 +345,7 @@ class StageRunner:
                 threads = up.learner_threads if role == "learn" and up.learner_threads else up.threads_per_process
                 for k in range(count):
                     children.append(spawn_role(role, f"{role}-{k}", config_file, out / "logs", threads=threads,
-                                               extra_env={"RLVR_RUN_DIR": str(out)}))
+                                               extra_env={"RLVR_RUN_DIR": str(out)}, cpus=split_for(up)))
             code = _supervise(children, self.stop, self.display, None)
         finally:
             _stop_all(children, up.stop_timeout_s, self.display)
