@@ -74,10 +74,18 @@ def parse_cpus(text: str) -> frozenset[int]:
 
 
 def pin_self_from_env() -> None:
-    """Pin this process to ``RLVR_CPUS`` when it is set (``up`` sets it for its role children)."""
+    """Pin this process to ``RLVR_CPUS`` when it is set (``up`` sets it for its role children); a
+    ValueError naming the variable when it is malformed or names no CPU this process may use."""
     text = os.environ.get(CPUS_ENV, "")
-    if text and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, parse_cpus(text))
+    if not text or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = parse_cpus(text)
+    allowed = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as e:  # none of them exists here, or the cgroup's cpuset forbids them all
+        raise ValueError(f"{CPUS_ENV}={text!r}: this process may not run there ({e.strerror}); "
+                         f"it may run on CPU {format_cpus(frozenset(allowed))}") from None
 
 
 def pin_process(pid: int, cpus: frozenset[int]) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.cli.cpus import CPUS_ENV, CpuSplit, parse_cpus, split_cpus
+from rlvr.cli.cpus import CPUS_ENV, CpuSplit, parse_cpus, pin_self_from_env, split_cpus
 from rlvr.cli.natsserver import NatsServer
 from tests.conftest import REPO
 
@@ -39,6 +39,15 @@ def test_nothing_is_pinned_when_a_side_would_have_no_cpu_or_pinning_is_off(threa
 def test_a_malformed_cpu_list_is_an_error_that_names_the_variable(text):
     with pytest.raises(ValueError, match=CPUS_ENV):
         parse_cpus(text)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+def test_a_cpu_list_this_process_may_not_use_is_an_error_that_names_the_variable_and_the_cpus_it_may(monkeypatch):
+    before = os.sched_getaffinity(0)
+    monkeypatch.setenv(CPUS_ENV, "100000")  # no such CPU
+    with pytest.raises(ValueError, match=rf"{CPUS_ENV}='100000': this process may not run there .*it may run on CPU"):
+        pin_self_from_env()
+    assert os.sched_getaffinity(0) == before
 
 
 def _affinity_of_every_thread(pid: int) -> list[set[int]]:
