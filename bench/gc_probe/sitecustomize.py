@@ -6,8 +6,11 @@ Put this folder on PYTHONPATH for `rlvr-actor up`; every role process (`--role .
 of ``rlvr.protocol.codec`` decodes (collections triggered inside a decode included), the process's own CPU
 seconds and peak RSS, and the objects the collector tracks at the end.
 
-    mkdir -p /tmp/gc && RLVR_GC_PROBE_OUT=/tmp/gc RLVR_GC_PROBE_LABEL=default PYTHONPATH=bench/gc_probe \\
+    mkdir -p /tmp/gc && RLVR_GC_PROBE_OUT=/tmp/gc RLVR_GC_PROBE_LABEL=default PYTHONPATH=$PWD/bench/gc_probe \\
         OMP_NUM_THREADS=1 rlvr-actor up --config <config> --set learn.steps=100
+
+The path must be absolute: a runner that starts ``up`` in another folder (``bench/role_cpu.py`` does)
+would otherwise load no probe, silently.
 
 ``RLVR_GC_PROBE_THRESHOLD=50000,10,10`` sets ``gc.set_threshold`` first (the A/B in docs/benchmarks.md).
 A measuring aid only: nothing in the project imports it.
