@@ -67,7 +67,7 @@ def parse_cpus(text: str) -> frozenset[int]:
     try:
         cpus = frozenset(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ValueError(f"{CPUS_ENV}={text!r}: expected CPU numbers separated by commas, such as 0,1") from None
+        cpus = frozenset()
     if not cpus or min(cpus) < 0:
         raise ValueError(f"{CPUS_ENV}={text!r}: expected CPU numbers separated by commas, such as 0,1")
     return cpus

@@ -22,6 +22,7 @@ from rlvr.actors.config import ConfigError, SharedSections, convert_config, read
 from rlvr.actors.logs import configure_logging, get_logger
 from rlvr.actors.tracing import setup_tracing, shutdown_tracing
 from rlvr.cli.args import RoleArgs
+from rlvr.cli.cpus import usable_cpus
 
 
 ROLE_SECTIONS = ("rollout", "verify", "learn")
@@ -109,8 +110,8 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
 
     from rlvr.actors.runtime import serve
 
-    log.info("config_resolved", config=msgspec.to_builtins(cfg),
-             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
+    cpus = usable_cpus()  # where `up` pinned this role (cli/cpus.py)
+    log.info("config_resolved", config=msgspec.to_builtins(cfg), cpus=sorted(cpus) if cpus is not None else None)
     ok = False
     try:
         anyio.run(

@@ -340,12 +340,13 @@ class StageRunner:
         up = cfg.up
         children: list[Child] = []
         plan = [("learn", 1), ("rollout", up.rollout_replicas), ("verify", max(1, up.verify_replicas))]
+        cpus = split_for(up)
         try:
             for role, count in plan:
                 threads = up.learner_threads if role == "learn" and up.learner_threads else up.threads_per_process
                 for k in range(count):
                     children.append(spawn_role(role, f"{role}-{k}", config_file, out / "logs", threads=threads,
-                                               extra_env={"RLVR_RUN_DIR": str(out)}, cpus=split_for(up)))
+                                               extra_env={"RLVR_RUN_DIR": str(out)}, cpus=cpus))
             code = _supervise(children, self.stop, self.display, None)
         finally:
             _stop_all(children, up.stop_timeout_s, self.display)
