@@ -242,9 +242,11 @@ class WeightsWatcher:
         span = trace.get_current_span()
         span.set_attribute("rlvr.fetch_s", t1 - t0)
         span.set_attribute("rlvr.load_s", t2 - t1)
-        # By collective, fetch_s is the broadcast (receive_s) and its sha256 check (digest_s).
+        # By collective, fetch_s is the broadcast (receive_s) and its sha256 check (digest_s); an engine
+        # that times its load in parts (vLLM: queued_s behind the step in progress, reload_s) adds them.
         parts = {} if state is None else {"receive_s": round(self.collective.receive_s, 3),
-                                          "digest_s": round(self.collective.digest_s, 3)}
+                                          "digest_s": round(self.collective.digest_s, 3),
+                                          **getattr(self.actor.engine, "last_load", {})}
         log.info("weights_loaded", version=ann.version, step=ann.step, transport=ann.transport if state is None else "collective",
                  fetch_s=round(t1 - t0, 3), load_s=round(t2 - t1, 3), **parts)
         if directory is not None:

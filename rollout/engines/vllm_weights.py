@@ -169,10 +169,16 @@ class SharedWeights:
     """Mixed into vLLM's worker (``worker_extension_cls``): ``rlvr_load_shared`` loads weights from a
     block a ``SharedBlock`` holds, through the worker's own in-place reload."""
 
-    def rlvr_load_shared(self, block: str, index: list) -> int:
+    def rlvr_load_shared(self, block: str, index: list) -> dict[str, float]:
+        """Loads the block's tensors; returns their count and when the load ``started`` and ``ended``
+        (``time.monotonic``, which the engine's process shares: rollout/engines/vllm.py times the
+        wait before it)."""
         import mmap
+        import time
 
         import torch
+
+        started = time.monotonic()
 
         size = max([offset + _aligned(math.prod(shape) * getattr(torch, dtype).itemsize)
                     for _, dtype, shape, offset in index] or [1])
@@ -189,7 +195,7 @@ class SharedWeights:
                 flat = torch.frombuffer(buf, dtype=dt, count=count, offset=offset) if count else torch.empty(0, dtype=dt)
                 views.append((name, flat.view(shape)))
             self.reload_weights(weights_iterator=views, is_checkpoint_format=True)  # type: ignore[attr-defined]
-            return len(index)
+            return {"tensors": len(index), "started": started, "ended": time.monotonic()}
         finally:
             views.clear()  # no view may outlive the mapping
             flat = None

@@ -174,6 +174,9 @@ def vllm_engine(tiny_model: Path, loop: LoopThread) -> Iterator[Any]:
         max_prompt_tokens=MAX_PROMPT_TOKENS,
         kv_cache_memory_bytes=64 << 20,
         max_num_seqs=32,
+        # KV blocks of 32 tokens (128 on CPU by default): a test prompt fills one, so the prefix cache is
+        # exercised (test_engine_vllm.py, a prompt cached before a reload).
+        extra={"block_size": 32},
     )
     engine = make_engine(cfg)
     loop.run(engine.start(), timeout=300)

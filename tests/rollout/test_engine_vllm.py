@@ -1,5 +1,6 @@
-"""vllm engine only: concurrent groups batch inside one engine, and a reload
-during a generation is recorded as a version range."""
+"""vllm engine only: concurrent groups batch inside one engine, a reload
+during a generation is recorded as a version range, and no prompt is served
+from KV computed under the weights before a reload."""
 
 from __future__ import annotations
 
@@ -45,6 +46,32 @@ def test_reload_during_generation_is_a_version_range(loop, vllm_engine, weight_d
     result = loop.run(generate_while_reloading())
     assert (result.weights_version_min, result.weights_version_max) == (v_old, v_new)
     assert vllm_engine.weights_version == v_new
+
+
+def test_a_prompt_cached_before_a_reload_is_computed_again_under_the_new_weights(loop, vllm_engine, weight_dirs,
+                                                                                versions, reference):
+    """vLLM's prefix cache keeps a prompt's KV; after a reload it must not serve the old weights' KV to a
+    request sent under the new ones. vLLM refuses ``reset_prefix_cache()`` while a request holds a block,
+    as one does here (a long generation running through the reload), so the engine salts the cache per
+    reload (rollout/engines/vllm.py)."""
+    from safetensors.torch import load_file
+
+    ids = [5 + (7 * i) % 300 for i in range(48)]  # 48 tokens: the first KV block (32, conftest) is cached
+    loop.run(vllm_engine.load_weights(weight_dirs["base"], next(versions)))
+    before = loop.run(vllm_engine.generate_ids(ids, 2, SamplingParams(max_tokens=4, seed=3)))
+    assert reference.max_diff(weight_dirs["base"], before, 1.0) <= TOL
+    state = load_file(weight_dirs["perturbed"] / "model.safetensors")
+
+    async def reload_while_generating():
+        running = asyncio.ensure_future(vllm_engine.generate("Solve: 12+7=", 2, SamplingParams(max_tokens=200)))
+        await vllm_engine.load_state_dict(state, next(versions))
+        after = await vllm_engine.generate_ids(ids, 2, SamplingParams(max_tokens=4, seed=3))
+        await running
+        return after
+
+    after = loop.run(reload_while_generating())
+    assert reference.max_diff(weight_dirs["perturbed"], after, 1.0) <= TOL
+    assert set(vllm_engine.last_load) == {"queued_s", "reload_s"} and min(vllm_engine.last_load.values()) >= 0
 
 
 def test_the_model_runs_inside_the_engine_core_process(vllm_engine):
