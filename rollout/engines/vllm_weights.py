@@ -179,7 +179,6 @@ class SharedWeights:
         import torch
 
         started = time.monotonic()
-
         size = max([offset + _aligned(math.prod(shape) * getattr(torch, dtype).itemsize)
                     for _, dtype, shape, offset in index] or [1])
         fd = os.open(os.path.join(SHM_DIR, block.lstrip("/")), os.O_RDWR)
