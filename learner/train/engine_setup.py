@@ -4,6 +4,7 @@ DeepSpeed config, RNG states for checkpoints, and the token-weighted sums of per
 
 from __future__ import annotations
 
+import atexit
 import importlib.abc
 import math
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import os
 import random
 import socket
 import sys
+import threading
 
 import numpy as np
 import torch
@@ -39,6 +41,40 @@ def ensure_dist_env() -> None:
             s.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     load_compiled_ops()
+    global _teardown_registered
+    if not _teardown_registered:
+        atexit.register(_destroy_process_groups)
+        _teardown_registered = True
+
+
+_teardown_registered = False
+_groups_failed = False
+
+
+def process_groups_failed() -> None:
+    """Mark this process's groups as failed (a lost peer, a timed-out collective): the exit
+    teardown then leaves them alone, as tearing down a group whose peer is gone can hang."""
+    global _groups_failed
+    _groups_failed = True
+
+
+def _destroy_process_groups() -> None:
+    """Destroy torch.distributed's groups while the interpreter is still whole (an ``atexit``
+    hook). Left to the interpreter's finalization, gloo's worker threads can still hold work that
+    references Python objects, and the process now and then aborts at exit with "terminate called
+    without an active exception" (SIGABRT): a learner that trained to the end would report -6
+    (pytorch/pytorch#190489; torch documents ``destroy_process_group`` as every trainer's last call)."""
+    if _groups_failed or not torch.distributed.is_initialized():
+        return
+    # In a thread, waited on for a bounded time: a collective still in flight (a role that failed
+    # mid-step) could hold the teardown, and an exit must never hang. Past the bound the exit goes
+    # on as it would have without the hook.
+    worker = threading.Thread(target=torch.distributed.destroy_process_group, name="rlvr-pg-teardown", daemon=True)
+    worker.start()
+    worker.join(_TEARDOWN_WAIT_S)
+
+
+_TEARDOWN_WAIT_S = 30.0
 
 
 class _NoMlflowForDeepSpeedAutotuner(importlib.abc.MetaPathFinder):
@@ -167,4 +203,4 @@ class _Gae:
 
 
 __all__ = ["_Gae", "_Metrics", "_all_sum", "deepspeed_config", "ensure_dist_env", "import_deepspeed", "lr_factor",
-           "rng_states", "set_rng_states"]
+           "process_groups_failed", "rng_states", "set_rng_states"]

@@ -125,8 +125,7 @@ class Leader:
         try:
             dist.scatter_object_list([None], [encode(c) for c in commands], src=0, group=self.group)
         except RuntimeError as e:  # gloo: timeout or a closed connection
-            self._failure = FollowerLostError(f"a follower rank stopped answering: {e}")
-            raise self._failure from e
+            raise self._lost(e) from e
         self._sent_at = time.monotonic()
 
     def gather(self, value: Any) -> list[Any]:
@@ -136,9 +135,15 @@ class Leader:
         try:
             dist.gather_object(value, out, dst=0, group=self.group)
         except RuntimeError as e:
-            self._failure = FollowerLostError(f"a follower rank stopped answering: {e}")
-            raise self._failure from e
+            raise self._lost(e) from e
         return out
+
+    def _lost(self, e: RuntimeError) -> FollowerLostError:
+        from rlvr.learner.train.engine_setup import process_groups_failed
+
+        process_groups_failed()  # the exit leaves the groups alone: their teardown could wait on the lost rank
+        self._failure = FollowerLostError(f"a follower rank stopped answering: {e}")
+        return self._failure
 
     def stop(self, ok: bool, reason: str = "") -> None:
         """Tell the followers to exit (once; later calls do nothing)."""
