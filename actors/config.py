@@ -105,7 +105,7 @@ class BusConfig(Struct, frozen=True, forbid_unknown_fields=True):
     # Retention is the learner's: other roles never change it (they only check the streams exist).
     scored_max_age_s: Seconds = 7 * 86400.0
     # Bytes SCORED may hold; past it the oldest samples go first. JetStream
-    # reserves this much storage when the stream is created.
+    # reserves this much storage when the stream is created (`up` checks its server can).
     scored_max_bytes: Annotated[int, Meta(ge=1 << 20)] = 2 << 30
     # How long DEAD keeps dead letters for inspection or replay.
     dead_max_age_s: Seconds = 14 * 86400.0

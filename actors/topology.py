@@ -35,11 +35,13 @@ shapes of the streams (``rlvr.protocol.subjects``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import anyio
 from nats.js import api as js_api
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from rlvr.actors.logs import get_logger
 from rlvr.protocol.subjects import ConsumerDef, StreamDef
@@ -66,6 +68,12 @@ class TopologyMismatchError(RuntimeError):
     """A stream or consumer exists with a shape this role cannot work with."""
 
 
+class BusStorageError(RuntimeError):
+    """JetStream could not reserve a stream's ``max_bytes`` in its file store (error 10047,
+    "insufficient storage resources available"): the message names the stream, the config key
+    that sizes it and what to change."""
+
+
 class TopologyLostError(RuntimeError):
     """A stream this role reads was deleted under it: the messages it held are gone."""
 
@@ -80,15 +88,24 @@ _LOST = {
 }
 
 
+# The streams with a byte bound, and the bus config key that sets it. JetStream reserves a stream's
+# ``max_bytes`` of its file store when the stream is created, whatever the stream holds.
+RESERVING_KEYS = {"SCORED": "scored_max_bytes", "DEAD": "dead_max_bytes"}
+_INSUFFICIENT_STORAGE = 10047  # JetStream's error code for a reservation its store cannot grant
+
+
+def reserved_bytes(cfg) -> int:
+    """What one run's streams reserve of the server's file store (``cfg``: the bus config)."""
+    return sum(getattr(cfg, key) for key in RESERVING_KEYS.values())
+
+
 def stream_config(bus: Bus, sd: StreamDef, kind: str) -> js_api.StreamConfig:
     """The JetStream config of one run stream, with the bus config's retention bounds."""
     cfg = bus.cfg
     max_age = sd.max_age_s or None
-    max_bytes = None
-    if kind == "SCORED":
-        max_bytes = cfg.scored_max_bytes
-    elif kind == "DEAD":
-        max_age, max_bytes = cfg.dead_max_age_s, cfg.dead_max_bytes
+    if kind == "DEAD":
+        max_age = cfg.dead_max_age_s
+    max_bytes = getattr(cfg, RESERVING_KEYS[kind]) if kind in RESERVING_KEYS else None
     return js_api.StreamConfig(
         name=sd.name,
         subjects=sd.subjects,
@@ -129,12 +146,13 @@ async def ensure_topology(bus: Bus) -> list[str]:
     touched = []
     for kind, sd in _kinds(bus):
         config = stream_config(bus, sd, kind)
-        try:
-            await js.add_stream(config)
-        except BadRequestError:
-            # Exists with another config (an upgrade or a new limit): the owner updates it in place.
-            await js.update_stream(config)
-            log.info("stream_updated", stream=sd.name)
+        with _storage_named(bus, sd.name, kind):
+            try:
+                await js.add_stream(config)
+            except BadRequestError:
+                # Exists with another config (an upgrade or a new limit): the owner updates it in place.
+                await js.update_stream(config)
+                log.info("stream_updated", stream=sd.name)
         touched.append(sd.name)
     for bucket, _, create in _buckets(bus):
         try:
@@ -147,6 +165,28 @@ async def ensure_topology(bus: Bus) -> list[str]:
         await create_consumer(bus, cd)
         touched.append(f"{cd.stream}/{cd.durable}")
     return touched
+
+
+@contextmanager
+def _storage_named(bus: Bus, stream: str, kind: str) -> Iterator[None]:
+    """Turn JetStream's bare "insufficient storage resources available" into an error that names
+    the stream, its reservation and the config key that sets it."""
+    try:
+        yield
+    except APIError as e:
+        if e.err_code != _INSUFFICIENT_STORAGE:
+            raise
+        key = RESERVING_KEYS.get(kind)
+        sized = (f"it reserves bus.{key} = {getattr(bus.cfg, key):,} bytes, and this run's streams "
+                 f"{reserved_bytes(bus.cfg):,} in all (bus.scored_max_bytes + bus.dead_max_bytes)"
+                 if key else "it reserves no bytes of its own: the store is already fully reserved")
+        raise BusStorageError(
+            f"JetStream refused to create stream {stream}: {sized}, more than the server's file store "
+            "has left to reserve (JetStream error 10047, 'insufficient storage resources available'). "
+            "Lower bus.scored_max_bytes, or give the server more: free disk where its store is "
+            "(nats-server's default file store is 3/4 of the disk free when it starts) or set "
+            "max_file_store in its jetstream config. Every run on the server reserves its own "
+            "(docs/faults.md, 'The bus's disk')") from e
 
 
 def _buckets(bus: Bus) -> list[tuple[str, str, object]]:
@@ -179,7 +219,8 @@ async def repair(bus: Bus) -> list[str]:
     for kind, sd in _kinds(bus):
         if await _info(bus, sd.name) is None:
             try:
-                await bus.js.add_stream(stream_config(bus, sd, kind))
+                with _storage_named(bus, sd.name, kind):
+                    await bus.js.add_stream(stream_config(bus, sd, kind))
             except BadRequestError:
                 continue  # recreated meanwhile (`init`, another pass)
             log.error("stream_recreated", stream=sd.name, gone=_LOST.get(kind, "the messages it held"),
@@ -331,8 +372,10 @@ async def _wait_for(bus: Bus, names: list[str], role: str) -> dict:
 
 
 __all__ = [
+    "RESERVING_KEYS",
     "ROLE_DURABLES",
     "ROLE_STREAMS",
+    "BusStorageError",
     "TopologyLostError",
     "TopologyMismatchError",
     "TopologyMissingError",
@@ -343,5 +386,6 @@ __all__ = [
     "ensure_topology",
     "lost_message",
     "repair",
+    "reserved_bytes",
     "stream_config",
 ]

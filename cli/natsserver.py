@@ -49,11 +49,14 @@ class NatsServer:
     """A nats-server process: ``with NatsServer(store_dir) as srv: srv.url``."""
 
     def __init__(self, store_dir: str | Path, *, port: int = -1, log_file: str | Path | None = None,
-                 max_payload: str = MAX_PAYLOAD, cpus: frozenset[int] | None = None) -> None:
+                 max_payload: str = MAX_PAYLOAD, cpus: frozenset[int] | None = None,
+                 max_file_store: str | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.cpus = cpus  # the CPUs it may use (`up`'s split: cli/cpus.py); None: every one
         self.port = port
         self.max_payload = max_payload  # a test may serve a smaller one
+        # JetStream's file store; None: nats-server's default, 3/4 of the disk free at start (cli/bus_disk.py)
+        self.max_file_store = max_file_store
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -66,7 +69,8 @@ class NatsServer:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_file, "wb")  # noqa: SIM115 (handed to the child)
         conf = self.store_dir / "nats-server.conf"
-        conf.write_text(f"max_payload: {self.max_payload}\nmax_pending: {MAX_PENDING}\n")
+        conf.write_text(f"max_payload: {self.max_payload}\nmax_pending: {MAX_PENDING}\n"
+                        + (f"jetstream {{\n  max_file_store: {self.max_file_store}\n}}\n" if self.max_file_store else ""))
         argv = [nats_server_binary(), "-c", str(conf), "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1",
                 "-p", str(self.port)]
         # Own session: a Ctrl-C in the terminal reaches `up`, which stops the

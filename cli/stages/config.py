@@ -137,6 +137,21 @@ def stage_learn(learn: LearnConfig, stage: Stage, index: int) -> LearnConfig:
     return merged
 
 
+def bus_runs(learn: LearnConfig, stages: tuple[Stage, ...]) -> int:
+    """The runs with streams of their own that ``up`` makes for these stages, at most (cli/stages/runner.py):
+    an RL stage one; a measurement one, before and after an SFT or a rejection_sft stage where the stage
+    has eval prompts (a model measured already is not measured again, so this may count too many);
+    rejection sampling one. Every run's streams stay on the run's one nats-server to its end."""
+    runs = 0
+    for i, stage in enumerate(stages):
+        if isinstance(stage, RLStage):
+            runs += 1
+            continue
+        runs += 2 if stage_learn(learn, stage, i).eval.prompts else 0
+        runs += 1 if isinstance(stage, RejectionSFTStage) else 0
+    return runs
+
+
 def check_stages(learn: LearnConfig, stages: tuple[Stage, ...]) -> None:
     """Every stage's merged ``[learn]`` is valid (``stage_learn``)."""
     for i, s in enumerate(stages):

@@ -25,6 +25,9 @@ def tiny_stages(run: str) -> dict:
     learn["eval"] = {"prompts": 16, "n": 2, "ks": [1], "every_steps": 0, "keep_completions": 0}
     learn["prepare"].update(hidden=32, layers=1, heads=1, sft_target_pass_at_1=0.0, sft_check_every=60,
                             sft_max_steps=60, sft_check_prompts=8, sft_batch=64)
+    # Every part is a run of its own on the one server, each reserving SCORED and DEAD (cli/bus_disk.py):
+    # the defaults' 2.25 GiB a run would ask 13.5 GiB of a CI machine's disk for a few MB of samples.
+    raw.setdefault("bus", {}).update(scored_max_bytes=64 << 20, dead_max_bytes=16 << 20)
     raw["up"] = {"rollout_replicas": 1, "verify_replicas": 1, "learner_threads": 1, "threads_per_process": 1,
                  "display": "plain", "stop_timeout_s": 20.0}
     raw["stages"] = [
