@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         command.add_arguments(parser)
         return command.run(parse_into(parser, argv, command.Args))
     args = parse_into(_role_parser(), argv, RoleArgs)
+    if args.role == "learn":  # before any other thread allocates: glibc fixes its arena limit then
+        from rlvr.learner.train.malloc_arenas import cap_malloc_arenas
+
+        cap_malloc_arenas()
     from rlvr.cli.cpus import pin_self_from_env
 
     pin_self_from_env()  # `up` gave this role its CPUs (cli/cpus.py): before torch starts a thread

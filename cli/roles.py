@@ -91,6 +91,10 @@ def run_role(role: str, cfg, replica: str | None = None) -> int:
     obs = cfg.observability
     configure_logging(run=cfg.run, role=role, replica=replica, fmt=obs.log_format, level=obs.log_level)
     log = get_logger("rlvr")
+    if role == "learn":  # capped by `main` before any thread (learner/train/malloc_arenas.py)
+        from rlvr.learner.train.malloc_arenas import applied_cap
+
+        log.info("malloc_arenas", cap=applied_cap(), env=os.environ.get("MALLOC_ARENA_MAX"))
     # Under a launcher (deepspeed, torchrun) every rank runs `--role learn`: rank 0
     # runs the learner actor, the others follow its engine commands, without NATS.
     multirank = role == "learn" and int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -80,6 +80,11 @@ def test_short_builtin_example_runs_end_to_end(tmp_path):
     if len(usable) > 1:
         assert cpus.pop("learn-0") == usable[-1:] and all(c == usable[:-1] for c in cpus.values()), cpus
         assert "[up] cores: learner on CPU" in out.stdout
+    # The learner capped glibc's malloc arenas at start (learner/train/malloc_arenas.py), unless the
+    # environment set them.
+    arenas = next(line for line in (run_dir / "logs" / "learn-0.log").read_text().splitlines()
+                  if '"malloc_arenas"' in line)
+    assert json.loads(arenas)["cap"] == (None if "MALLOC_ARENA_MAX" in os.environ else 2)
 
 
 def _logged_cpus(log) -> list[int]:
