@@ -40,7 +40,6 @@ import msgspec
 from rlvr.cli.autoscale.fleet import Fleet
 from rlvr.cli.autoscale.scaler import Autoscaler
 from rlvr.cli.autoscale.scaler import summary as autoscale_summary
-from rlvr.cli.bus_disk import bus_disk_shortfall
 from rlvr.cli.children import Child, child_env, spawn_role
 from rlvr.cli.cpus import CpuSplit, split_for
 from rlvr.cli.natsserver import NatsServer
@@ -123,6 +122,8 @@ def run(args: Args) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     started, started_at = time.monotonic(), time.time()
+    from rlvr.cli.bus_disk import bus_disk_shortfall  # here: it imports the bus (nats), which `up --help` must not
+
     if (short := bus_disk_shortfall(cfg, run_dir / "nats")) is not None:
         display.error(short)  # before anything starts: JetStream would refuse the learner's streams
         return 1
